@@ -319,6 +319,13 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     batcher = RCABatcher(
         settings.rca_max_batch, lambda size, _s: metrics.rca_batch_size.observe(size)
     )
+    reservations = DbReservations(
+        db,
+        settings.reservation_ttl_s,
+        settings.reservation_bound_grace_s,
+        snapshot_lag_s=snapshot_lag_s(settings),
+    )
+    metrics.holds_count = reservations.count  # fleetmind_scheduler_holds, from the first scrape
     return Services(
         settings,
         db,
@@ -329,12 +336,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         telemetry,
         telemetry_error,
         rca_batcher=batcher,
-        reservations=DbReservations(
-            db,
-            settings.reservation_ttl_s,
-            settings.reservation_bound_grace_s,
-            snapshot_lag_s=snapshot_lag_s(settings),
-        ),
+        reservations=reservations,
     )
 
 

@@ -176,7 +176,7 @@ def test_placements_api_placer_uses_wide_nodes_and_their_reservations(placer: An
     res.book(opt, job)  # GPUs 8-15 of big-1 held: nothing left there
     assert placer.place(SNAP, job, res, 4, allowed=only_big1) == []
     _, d = decide({"Pod": _gpu_pod(1), "NodeNames": ["big-1"]}, SNAP, res, placer, NodeIndex())
-    assert "after reservations" in d.failed["big-1"]
+    assert "held for pods FleetMind placed" in d.failed["big-1"]
     # ranks, not scores of two kinds, when both kinds of node give options: best first
     opts = placer.place(SNAP, job, Reservations(), 4)
     assert [o.score for o in opts] == sorted((o.score for o in opts), reverse=True)

@@ -149,7 +149,7 @@ def test_same_named_pods_of_two_clusters_hold_apart(app: Any) -> None:
     }
     out = _filter(c, "other-0", "uid-A-o", 3, ["gke-a-1"])
     assert out["NodeNames"] == []
-    assert "after reservations" in out["FailedNodes"]["gke-a-1"]
+    assert "held for pods FleetMind placed" in out["FailedNodes"]["gke-a-1"]
     # the fleet view books both clusters' GPUs
     fleet = c.get("/api/v1/fleet").json()
     free = {

@@ -173,10 +173,14 @@ def test_a_full_profile_fails_with_its_own_count() -> None:
     args = {"Pod": _mig_pod("nvidia.com/mig-3g.40gb"), "NodeNames": ["mig-node"]}
     _, d = decide(args, snap, res, PLACERS[-1], NodeIndex())
     assert d.options == [] and "mig-node" in d.failed, d
-    assert d.failed["mig-node"].startswith("0 MIG 3g.40gb GPU(s) with 1000 milli free"), d.failed
+    assert d.failed["mig-node"].startswith("FleetMind: not enough free MIG 3g.40gb GPUs ("), (
+        d.failed
+    )
     args = {"Pod": _mig_pod("nvidia.com/mig-3g.40gb", "3"), "NodeNames": ["mig-node"]}
     _, d = decide(args, snap, Reservations(), PLACERS[-1], NodeIndex())
-    assert d.unresolvable == {"mig-node": "node has 2 healthy MIG 3g.40gb GPU(s), pod needs 3"}
+    assert d.unresolvable == {
+        "mig-node": "FleetMind: node has fewer MIG 3g.40gb GPUs than the pod's 3"
+    }
 
 
 # -------------------------------------------------------------------- unresolvable candidates

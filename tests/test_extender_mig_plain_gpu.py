@@ -32,6 +32,7 @@ from fleetmind.envs.policies import make_policy
 from fleetmind.rl.policy_adapter import load_ppo_policy
 from fleetmind.serving.scheduler.extender import NodeIndex, decide, filter_result
 from fleetmind.serving.scheduler.placement import (
+    GPU_CAUSES,
     BestFitPlacer,
     PeerPolicyPlacer,
     Reservations,
@@ -170,7 +171,7 @@ def test_plain_gpu_pods_hold_only_whole_gpus_of_a_partial_mig_node(placer: Any) 
         req, d = decide(_args(pod, ["mig-partial"]), snap, res, placer, NodeIndex())
         if not d.options:
             assert d.failed == {
-                "mig-partial": "0 GPU(s) with 1000 milli free after reservations, pod needs 1"
+                "mig-partial": "FleetMind: not enough free GPUs (" + GPU_CAUSES["held"] + ")"
             }, (placer.name, d)
             break
         opt = d.options[0]
@@ -184,7 +185,7 @@ def test_plain_gpu_pods_hold_only_whole_gpus_of_a_partial_mig_node(placer: Any) 
         placer,
         NodeIndex(),
     )
-    assert d.unresolvable == {"mig-partial": "node has 2 healthy GPU(s), pod needs 3"}
+    assert d.unresolvable == {"mig-partial": "FleetMind: node has fewer GPUs than the pod's 3"}
 
 
 @pytest.mark.parametrize("placer", PLACERS, ids=lambda p: p.name)
@@ -334,7 +335,7 @@ def test_a_node_without_gpus_still_fails_for_their_count() -> None:
     snap = FleetSnapshot("test", [*_nodes(), cpu], collected_ts=1.0)
     for placer in (PLACERS[0], PLACERS[-1]):
         _, d = decide(_args(_pod(), ["cpu-node"]), snap, Reservations(), placer, NodeIndex())
-        assert d.unresolvable == {"cpu-node": "node has 0 healthy GPU(s), pod needs 1"}, d
+        assert d.unresolvable == {"cpu-node": "FleetMind: node has fewer GPUs than the pod's 1"}, d
 
 
 def test_the_ranking_does_not_depend_on_the_order_kube_scheduler_lists_nodes() -> None:

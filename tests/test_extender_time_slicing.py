@@ -64,10 +64,10 @@ def test_a_time_sliced_gpu_with_free_replicas_takes_one_more_pod() -> None:
     req, d = _decide(_args(), [_node("ts", 750, replicas=4), _node("whole", 0)])
     assert [o.node for o in d.options] == ["ts"] and d.replicas == {"ts": 4}
     assert req.need(4) == 250 and req.job(replicas=4).gpu_milli == 250
-    assert d.failed["whole"].startswith("0 GPU(s) with 1000 milli free")
+    assert d.failed["whole"].startswith("FleetMind: not enough free GPUs (")
     # all four replicas taken: no room, and the reason names the replica's share
     _, full = _decide(_args(), [_node("ts", 0, replicas=4), _node("whole", 0)])
-    assert full.options == [] and "250 milli free" in full.failed["ts"]
+    assert full.options == [] and "not enough free GPUs" in full.failed["ts"]
 
 
 def _multi(name: str, free: list[int], replicas: int) -> NodeState:
@@ -91,7 +91,7 @@ def test_several_replicas_in_one_pod_take_one_replica_of_as_many_gpus() -> None:
     assert [o.node for o in d.options] == ["ts"] and d.options[0].gpus in ((0, 1), (1, 0))
     job = req.job(replicas=d.replicas["ts"])
     assert (job.num_gpu, job.gpu_milli) == (2, 250)
-    assert "pod needs 2" in d.unresolvable["whole"]  # one whole GPU there
+    assert "the pod's 2" in d.unresolvable["whole"]  # one whole GPU there
     # one GPU with a free replica: refused (resolvable: a replica freed elsewhere fits it)
     _, busy = _decide(_args("2"), [_multi("ts", [750, 0], 4), _node("whole", 0)])
     assert busy.options == [] and "each replica on its own GPU" in busy.failed["ts"]
@@ -103,7 +103,7 @@ def test_several_replicas_on_a_one_gpu_time_sliced_node_say_why() -> None:
     _, d = _decide(_args("2"), [_node("ts", 1000, replicas=4), _node("whole", 1000)])
     assert d.options == []
     assert d.unresolvable["ts"] == (
-        "node has 1 healthy GPU(s), pod needs 2 (FleetMind holds each replica on its own GPU)"
+        "FleetMind: node has fewer GPUs than the pod's 2 (FleetMind holds each replica on its own GPU)"
     )
 
 

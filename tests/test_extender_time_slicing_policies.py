@@ -108,6 +108,6 @@ def test_four_two_replica_pods_fill_a_two_gpu_node_of_four_replicas(
             out = c.post("/api/v1/scheduler/filter", json=_args("2", name=f"p{i}")).json()
             passed.append((out["NodeNames"], out["FailedNodes"]))
         assert passed[:4] == [(["ts"], {})] * 4
-        assert passed[4][0] == [] and "250 milli free" in passed[4][1]["ts"]
+        assert passed[4][0] == [] and "not enough free GPUs" in passed[4][1]["ts"]
         rows = c.app.state.services.reservations.rows()
         assert [(sorted(r["gpus"]), r["gpu_milli"]) for r in rows] == [([0, 1], 250)] * 4

@@ -99,9 +99,19 @@ def _pod(job: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def _passes_node_resources_fit(node: NodeState, job: dict[str, int]) -> bool:
+    """Whether kube-scheduler's NodeResourcesFit passes ``node`` for ``job``'s pod, so that it
+    reaches the extender at all: the pod's CPU and memory requests within the node's allocatable
+    less the requests of its pods (``fitsRequest`` in kubernetes
+    ``pkg/scheduler/framework/plugins/noderesources/fit.go``), which is what this fleet's free
+    amounts model. The extender takes the CPU and memory of every node it is sent as fitting."""
+    return node.cpu_milli_free >= job["cpu_milli"] and node.memory_mib_free >= job["memory_mib"]
+
+
 def _extender_top(c: TestClient, job: dict[str, int]) -> str:
-    """The node the extender's prioritize scores highest (alone) for ``job``'s pod."""
-    names = [n.name for n in _fleet()]
+    """The node the extender's prioritize scores highest (alone) for ``job``'s pod, sent the nodes
+    kube-scheduler would send it (:func:`_passes_node_resources_fit`)."""
+    names = [n.name for n in _fleet() if _passes_node_resources_fit(n, job)]
     r = c.post("/api/v1/scheduler/prioritize", json={"Pod": _pod(job), "NodeNames": names})
     assert r.status_code == 200, r.text
     scores = {h["Host"]: h["Score"] for h in r.json()}

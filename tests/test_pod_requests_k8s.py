@@ -274,7 +274,7 @@ def test_fleetminds_own_hold_still_fails_the_node(placer: str) -> None:
     _, d = decide({"Pod": _pod4(), "NodeNames": ["g1"]}, snap, res, PLACERS[placer](),
                   NodeIndex())  # fmt: skip
     assert d.options == [] and not d.unresolvable
-    assert d.failed == {"g1": "2000 mCPU free after reservations, pod needs 4000"}
+    assert d.failed == {"g1": "FleetMind: CPU held for pods FleetMind placed, not yet seen bound"}
 
 
 def test_nodes_with_room_are_left_as_telemetry_reads_them() -> None:
@@ -282,8 +282,12 @@ def test_nodes_with_room_are_left_as_telemetry_reads_them() -> None:
     req = pod_request(_pod4())
     same, cands = extender.kube_scheduler_fit(snap, req, list(snap.nodes))
     assert same is snap and cands == snap.nodes
-    # none free: raised to the request; some free (1000 m), even too little: judged as before
-    low = FleetSnapshot("prometheus", [_gpu_node("g1", 0), _gpu_node("g2", 1000)])
+    # none free and some but too little (1000 m) alike: raised to the request (NodeResourcesFit,
+    # kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go, passed both); a node with
+    # more room than the request keeps telemetry's amount
+    low = FleetSnapshot(
+        "prometheus", [_gpu_node("g1", 0), _gpu_node("g2", 1000), _gpu_node("g3", 9000)]
+    )
     raised, cands = extender.kube_scheduler_fit(low, req, list(low.nodes))
-    assert [n.cpu_milli_free for n in raised.nodes] == [4000, 1000]
-    assert cands[1] is low.nodes[1] and low.nodes[0].cpu_milli_free == 0
+    assert [n.cpu_milli_free for n in raised.nodes] == [4000, 4000, 9000]
+    assert cands[2] is low.nodes[2] and low.nodes[0].cpu_milli_free == 0

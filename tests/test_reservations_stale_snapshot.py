@@ -140,7 +140,7 @@ def test_a_bound_pods_gpu_is_not_given_again_on_a_stale_snapshot(
     _wait_background(src)
     assert snap.collected_ts == t0  # the stale snapshot, served at once: it does not show pod a
     assert dec.options == []  # the old code placed pod b on GPU 0: double-booked
-    assert "0 GPU(s) with 1000 milli free after reservations" in dec.failed["n1"]
+    assert "not enough free GPUs (held for pods FleetMind placed" in dec.failed["n1"]
 
 
 def test_the_snapshot_rule_still_ends_a_bound_hold_on_time(tmp_path: Path, clock: Clock) -> None:

@@ -115,7 +115,7 @@ def test_filter_holds_the_only_node_that_passes(tmp_path: Path) -> None:
         # the next share pod no longer fits there
         out = c.post(FILTER, json=_args(_pod("share-2", 600))).json()
         assert out["NodeNames"] == []
-        assert "after reservations" in out["FailedNodes"]["gpu-b"]
+        assert "held for pods FleetMind placed" in out["FailedNodes"]["gpu-b"]
         # the held pod, retried, is not blocked by its own hold; prioritize replaces the hold
         assert c.post(FILTER, json=_args(_pod("share-1", 600))).json()["NodeNames"] == ["gpu-b"]
         assert _top(c.post(PRIORITIZE, json=_args(_pod("share-1", 600)))) == "gpu-b"

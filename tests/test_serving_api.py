@@ -407,7 +407,8 @@ def test_placement_reserves_until_full(client: TestClient) -> None:
     r = client.post("/api/v1/placements", json={"num_gpu": 1})
     assert r.status_code == 409 and "no node" in r.json()["detail"]
     assert r.json()["detail"].endswith(
-        "not enough free GPU: 0 milli free on healthy GPUs, the job needs 1000"
+        "not enough free GPU: 0 milli free on healthy GPUs, the job needs 1000 "
+        "(the rest held for pods FleetMind placed, not yet seen bound)"
     )
     fleet = client.get("/api/v1/fleet").json()
     assert all(g["free_milli"] == 0 for n in fleet["nodes"] for g in n["gpus"])

@@ -57,7 +57,10 @@ def test_split_gpu_room_and_too_little_gpu() -> None:
     assert r.startswith("free GPU is split: 2800 milli")
     assert "largest free share on one GPU: 1000 milli" in r and "on one node: 1" in r
     r = reason([node("a", [100, 100]), node("b", [200])], num_gpu=1)
-    assert r == "not enough free GPU: 400 milli free on healthy GPUs, the job needs 1000"
+    assert r == (
+        "not enough free GPU: 400 milli free on healthy GPUs, the job needs 1000 "
+        "(the rest in use per DCGM)"
+    )
 
 
 def test_reservations_and_unhealthy_gpus_count() -> None:

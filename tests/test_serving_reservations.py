@@ -106,7 +106,7 @@ def _check_shared_holds(a: TestClient, b: TestClient, _clock: Clock) -> None:
     other = ({"gpu-a", "gpu-b"} - {first}).pop()
     out = _passed(b, "job-2")
     assert out["NodeNames"] == [other]
-    assert "after reservations" in out["FailedNodes"][first]
+    assert "held for pods FleetMind placed" in out["FailedNodes"][first]
     # job-2's filter passed one node, so it held it (kube-scheduler skips prioritize then); the
     # held pod itself, retried on the other replica, is not blocked by its own hold
     assert _passed(b, "job-1")["NodeNames"] == [first]

@@ -115,6 +115,21 @@ def _sim_pod(args: dict[str, Any]) -> Pod:
     return Pod(int(round(cpu * 1000)), int(mem), num, milli if num else 0, mask)
 
 
+def _as_sent(args: dict[str, Any], fleet: ClusterState) -> dict[str, Any]:
+    """``args`` with only the nodes kube-scheduler would send the extender: those its
+    NodeResourcesFit passes, the pod's CPU and memory within the node's allocatable less its pods'
+    requests (``fitsRequest`` in kubernetes ``pkg/scheduler/framework/plugins/noderesources/
+    fit.go``; the fleet's free amounts). The extender takes CPU and memory of sent nodes as
+    fitting, so a recording that sent every node would pass nodes kube-scheduler filtered."""
+    pod = _sim_pod(args)
+    fits = {
+        n.name
+        for n in state_nodes(fleet)
+        if n.cpu_milli_free >= pod.cpu_milli and n.memory_mib_free >= pod.memory_mib
+    }
+    return {**args, "NodeNames": [n for n in args["NodeNames"] if n in fits]}
+
+
 def _simulate(state: ClusterState, pod: Pod, policy: Any) -> tuple[set[str], str]:
     """The simulator's feasible set and choice for ``pod`` on a copy of ``state``."""
     st = state.copy()
@@ -129,7 +144,7 @@ def _simulate(state: ClusterState, pod: Pod, policy: Any) -> tuple[set[str], str
 def test_recorded_args_match_the_simulator_with_ppo(
     ppo_client: TestClient, fleet: ClusterState, name: str, node_cache_capable: bool
 ) -> None:
-    args = _recorded(name)
+    args = _as_sent(_recorded(name), fleet)
     if not node_cache_capable:  # the same candidates as a v1.NodeList
         nodes = {n.name: n for n in state_nodes(fleet)}
         args = extender_args(args["Pod"], [nodes[n] for n in args["NodeNames"]], False)
@@ -153,13 +168,14 @@ def test_recorded_args_match_the_simulator_with_ppo(
         )
     assert passed == feasible
     failed = set(out["FailedNodes"]) | set(out["FailedAndUnresolvableNodes"])
-    assert failed == set(fleet.names.tolist()) - feasible
+    sent = set(_as_sent(_recorded(name), fleet)["NodeNames"])
+    assert failed == sent - feasible
     assert all(isinstance(v, str) and v for v in out["FailedNodes"].values())
 
     r = ppo_client.post("/api/v1/scheduler/prioritize", json=args)
     assert r.status_code == 200, r.text
     scores = {h["Host"]: h["Score"] for h in r.json()}
-    assert set(scores) == set(fleet.names.tolist())
+    assert set(scores) == sent
     assert all(0 <= s <= 10 and isinstance(s, int) for s in scores.values())
     assert [h for h, s in scores.items() if s == 10] == [choice]
     assert all(scores[n] == 0 for n in failed)
@@ -185,7 +201,7 @@ def test_the_registry_fallback_places_and_matches_the_simulator(
     one /api/v1/models names, not a second fallback of its own."""
     served = fallback_client.get("/api/v1/models").json()["placement"]["method"]
     assert served == "heuristic:BestFit"
-    args = _recorded(name)
+    args = _as_sent(_recorded(name), fleet)
     feasible, choice = _simulate(fleet, _sim_pod(args), BestFit())
     out = fallback_client.post("/api/v1/scheduler/filter", json=args).json()
     assert set(out["NodeNames"]) == feasible

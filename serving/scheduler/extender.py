@@ -114,12 +114,14 @@ from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.scheduler.placement import (
+    GPU_CAUSES,
     Option,
     Placer,
     Reservations,
     cpu_nodes_first,
     free_gpus,
     gpu_allowed,
+    gpu_cause,
     gpu_model_matches,
     is_mig,
     mig_mixed,
@@ -780,12 +782,31 @@ def replicas_for(node: NodeState, req: PodRequest) -> int:
     return 1
 
 
+REASON_PREFIX = "FleetMind: "
+"""Starts every reason the extender gives a node itself, so that it reads as FleetMind's in the
+pod's ``FailedScheduling`` event beside kube-scheduler's own plugins' reasons."""
+
+
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
     """One-line reason a feasible-looking node was refused, and whether it is unresolvable.
+
+    The wording is fixed per cause (:data:`~fleetmind.serving.scheduler.placement.GPU_CAUSES`),
+    with only the pod's own request in it, never a node's figures: kube-scheduler's
+    ``FitError.Error()`` counts identical reasons ("0/150 nodes are available: 112 <reason>, ...")
+    and the ``FailedScheduling`` event is cut at 1024 bytes, so one reason per node would fill it
+    with the first few nodes. The figures go to a DEBUG log line (logger ``fleetmind.serving``),
+    and FleetMind's holds to ``GET /api/v1/scheduler/holds``.
 
     GPUs count only when the pod may take them (:func:`_eligible`: a model it allows; on a MIG
     node of the mixed strategy, which has instances of several profiles, MIG instances only for a
     ``nvidia.com/mig-<profile>`` pod of their profile)."""
+    reason, final, detail = _cause(node, req, res)
+    log.debug("kube-scheduler extender: pod %s not on node %s: %s", req.key, node.name, detail)
+    return REASON_PREFIX + reason, final
+
+
+def _cause(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool, str]:
+    """:func:`_why_not`'s reason (without the prefix), whether it is final, and the figures."""
     eligible = _eligible(node, req)
     ids = {g.index for g in eligible}
     healthy = [g for g in eligible if g.healthy]
@@ -796,29 +817,42 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
     # each of n GPUs as its estimate until telemetry shows where the pod really runs
     own = " (FleetMind holds each replica on its own GPU)" if r > 1 and req.num_gpu > 1 else ""
     if req.num_gpu and len(healthy) < req.num_gpu:
-        return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}{own}", True
+        missing = sum(g.missing for g in eligible)
+        detail = (
+            f"{len(healthy)} healthy, {missing} without a DCGM reading, {len(eligible)} in all "
+            f"of {kind}GPU(s); pod needs {req.num_gpu}"
+        )
+        if len(eligible) < req.num_gpu:
+            return f"node has fewer {kind}GPUs than the pod's {req.num_gpu}{own}", True, detail
+        cause = "no_reading" if missing else "unhealthy"
+        return f"too few healthy {kind}GPUs: some {GPU_CAUSES[cause]}{own}", True, detail
     if req.cpu_milli and node.cpu_milli and node.cpu_milli < req.cpu_milli:
-        return f"node has {node.cpu_milli} mCPU allocatable, pod needs {req.cpu_milli}", True
+        detail = f"{node.cpu_milli} mCPU allocatable, pod needs {req.cpu_milli}"
+        return f"node's allocatable CPU is below the pod's {req.cpu_milli} mCPU", True, detail
     if req.memory_mib and node.memory_mib and node.memory_mib < req.memory_mib:
-        return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
+        detail = f"{node.memory_mib} MiB allocatable, pod needs {req.memory_mib}"
+        return f"node's allocatable memory is below the pod's {req.memory_mib} MiB", True, detail
     if req.num_gpu:
         need = req.need(r)
         fit = sum(f >= need for i, f in free_gpus(node, res) if i in ids)
         if fit < req.num_gpu:
-            return (
-                f"{fit} {kind}GPU(s) with {need} milli free after reservations, pod needs "
-                f"{req.num_gpu}{own}",
-                False,
+            cause = gpu_cause(node, res, ids, need, req.num_gpu)
+            detail = (
+                f"{fit} {kind}GPU(s) with {need} milli free after holds, pod needs {req.num_gpu}"
             )
+            return f"not enough free {kind}GPUs ({GPU_CAUSES[cause]}){own}", False, detail
     if req.cpu_milli and node.cpu_milli:
         free = node.cpu_milli_free - res.cpu_used(node.cluster, node.name)
         if free < req.cpu_milli:
-            return f"{free} mCPU free after reservations, pod needs {req.cpu_milli}", False
+            detail = f"{free} mCPU free after holds, pod needs {req.cpu_milli}"
+            return "CPU held for pods FleetMind placed, not yet seen bound", False, detail
     if req.memory_mib and node.memory_mib:
         free = node.memory_mib_free - res.mem_used(node.cluster, node.name)
         if free < req.memory_mib:
-            return f"{free} MiB free after reservations, pod needs {req.memory_mib}", False
-    return "the placement policy found no room for the pod here", False
+            detail = f"{free} MiB free after holds, pod needs {req.memory_mib}"
+            return "memory held for pods FleetMind placed, not yet seen bound", False, detail
+    why = "the placement policy found no room for the pod here"
+    return why, False, why
 
 
 class NodeIndex:
@@ -1058,30 +1092,32 @@ def decide(
 def kube_scheduler_fit(
     snapshot: FleetSnapshot, req: PodRequest, cands: list[NodeState]
 ) -> tuple[FleetSnapshot, list[NodeState]]:
-    """``snapshot`` and ``cands`` with the free CPU (millicores) or memory (MiB) of each candidate
-    that telemetry reads as having none free (its listed requests reach the allocatable) raised to
-    the pod's request, where the pod asks for some.
+    """``snapshot`` and ``cands`` with the free CPU (millicores) and memory (MiB) of each candidate
+    raised to at least the pod's request, where the pod asks for some and telemetry reports the
+    resource: ``max(telemetry's free, request)``, before FleetMind's holds are subtracted.
 
     Every node kube-scheduler sends an extender has passed its own filters
     (``findNodesThatPassFilters`` runs before ``findNodesThatPassExtenders`` in
     ``pkg/scheduler/schedule_one.go``), NodeResourcesFit among them: the pod's CPU and memory fit
     there in kube-scheduler's exact accounting (``PodRequests``, which for an infeasible in-place
-    resize counts the resources still allocated). Telemetry reading none free on such a node is
+    resize counts the resources still allocated). Telemetry reading less free on such a node is
     wrong, not stricter: kube-state-metrics reads a resized pod's spec (128 cores on a 96-core
     node, where the kubelet keeps the 4 allocated), and lags a scrape. Failing the node there
-    would put it in ``FailedNodes``, where kube-scheduler may preempt pods for nothing. So such a
-    node is not judged on that resource again; only what kube-scheduler does not know still
-    counts: FleetMind's holds (the placers subtract :class:`Reservations` from the raised amount,
-    so any hold on the node fails it). A node telemetry reads with some room keeps its values,
-    its check and its ranking (the same as ``POST /api/v1/placements``, which has no
-    kube-scheduler in front); the same snapshot is returned when no candidate is raised."""
+    would put it in ``FailedNodes``, where kube-scheduler may preempt pods for nothing. So no sent
+    node is judged on CPU or memory by telemetry again, whether it reads none free or some but
+    too little (the same rule for both: a node reading 0 free never passes where one reading a
+    core free fails); only what kube-scheduler does not know still counts: FleetMind's holds (the
+    placers subtract :class:`Reservations` from the raised amount, so a node fails on CPU or
+    memory only for them). A node with more free than the request keeps its values and its
+    ranking; ``POST /api/v1/placements``, which has no kube-scheduler in front, reads telemetry
+    as it is. The same snapshot is returned when no candidate is raised."""
     raised: dict[int, NodeState] = {}
     for node in cands:
         cpu, mem = node.cpu_milli_free, node.memory_mib_free
-        if node.cpu_milli and req.cpu_milli and cpu <= 0:
-            cpu = req.cpu_milli
-        if node.memory_mib and req.memory_mib and mem <= 0:
-            mem = req.memory_mib
+        if node.cpu_milli and req.cpu_milli:
+            cpu = max(cpu, req.cpu_milli)
+        if node.memory_mib and req.memory_mib:
+            mem = max(mem, req.memory_mib)
         if (cpu, mem) != (node.cpu_milli_free, node.memory_mib_free):
             raised[id(node)] = dataclasses.replace(node, cpu_milli_free=cpu, memory_mib_free=mem)
     if not raised:

@@ -28,6 +28,35 @@ from fleetmind.envs.policies.topology import TopologyBestEffort
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 
+GPU_CAUSES: dict[str, str] = {
+    "held": "held for pods FleetMind placed, not yet seen bound",
+    "busy": "in use per DCGM",
+    "busy_or_held": "in use per DCGM or held for pods FleetMind placed",
+    "no_reading": "with no DCGM reading (exporter down? run `fleetmind doctor`)",
+    "unhealthy": "unhealthy or out of the node's allocatable nvidia.com/gpu",
+}
+"""Why GPUs are not free, in the words both the kube-scheduler extender's reasons
+(:mod:`fleetmind.serving.scheduler.extender`) and the 409 answer of
+``POST /api/v1/placements`` (:func:`why_no_fit`) use: ``held`` FleetMind's own holds
+(``GET /api/v1/scheduler/holds`` lists them), ``busy`` what telemetry reads as used, ``no_reading``
+placeholders of GPUs the kubelet counts but dcgm-exporter reports nothing for
+(``GpuState.missing``), ``unhealthy`` GPUs DCGM or the device plugin marked unhealthy."""
+
+
+def gpu_cause(
+    node: NodeState, res: Reservations, indices: Collection[int], need: int, n: int
+) -> str:
+    """The :data:`GPU_CAUSES` key saying why fewer than ``n`` of the healthy GPUs ``indices`` of
+    ``node`` have ``need`` milli free: ``held`` when telemetry alone reads ``n`` of them with room
+    (FleetMind's holds take it), ``busy`` when FleetMind holds none of them, else
+    ``busy_or_held``."""
+    gpus = [g for g in node.gpus if g.healthy and g.index in indices]
+    if sum(g.free_milli >= need for g in gpus) >= n:
+        return "held"
+    held = any(res.gpu_used(node.cluster, node.name, g.index) > 0 for g in gpus)
+    return "busy_or_held" if held else "busy"
+
+
 _SPEC_SEPARATORS = re.compile(r"[|,]")
 _MODEL_TOKEN_SEPARATORS = re.compile(r"[\s_-]+")
 
@@ -695,6 +724,35 @@ def _mixed_mig_hint(nodes: Sequence[NodeState], wants: Sequence[str]) -> str:
     )
 
 
+def _unhealthy_hint(nodes: Sequence[NodeState], allowed: dict[int, set[int]]) -> str:
+    """For :func:`why_no_fit`: how many of the job's GPUs (``allowed``: indices by ``id(node)``)
+    are placeholders without a DCGM reading, and how many unhealthy (:data:`GPU_CAUSES`), or
+    ``""``."""
+    gpus = [g for n in nodes for g in n.gpus if g.index in allowed[id(n)] and not g.healthy]
+    missing = sum(g.missing for g in gpus)
+    parts = [f"{missing} GPU(s) {GPU_CAUSES['no_reading']}"] if missing else []
+    if len(gpus) > missing:
+        parts.append(f"{len(gpus) - missing} GPU(s) {GPU_CAUSES['unhealthy']}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _rest_cause(
+    nodes: Sequence[NodeState], allowed: dict[int, set[int]], total: int, request: int
+) -> str:
+    """For :func:`why_no_fit`: what takes the GPU that is not free (:data:`GPU_CAUSES`), from
+    the healthy ``allowed`` GPUs' free milli as telemetry reads it against ``total`` (milli free
+    after holds) and the job's ``request`` (milli): no hold on them, ``busy``; telemetry alone
+    reading room for the request, ``held``; else ``busy_or_held``."""
+    read = sum(
+        max(g.free_milli, 0)
+        for n in nodes
+        for g in n.gpus
+        if g.healthy and g.index in allowed[id(n)]
+    )
+    cause = "busy" if read <= total else "held" if read >= request else "busy_or_held"
+    return f" (the rest {GPU_CAUSES[cause]})"
+
+
 def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations) -> str:
     """Why no node can hold ``job``, in one sentence for the 409 answer.
 
@@ -767,7 +825,7 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
     label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
     if (most := max(len(fs) for fs in free.values())) < job.num_gpu:
         n = job.num_gpu
-        mig = _mixed_mig_hint(nodes, wants)
+        mig = _mixed_mig_hint(nodes, wants) + _unhealthy_hint(nodes, allowed)
         return f"no node has {n} healthy {label}, free or not: the most on one node is {most}{mig}"
     need = max(job.gpu_milli, 0)
     room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
@@ -791,4 +849,5 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
             f"{job.num_gpu} GPU(s) with {need} milli free each (largest free share on one GPU: "
             f"{largest} milli; most GPUs with {need} milli free on one node: {most})"
         )
-    return f"not enough free GPU: {total} milli free on healthy {label}, the job needs {request}"
+    why = f"not enough free GPU: {total} milli free on healthy {label}, the job needs {request}"
+    return why + _rest_cause(nodes, allowed, total, request)

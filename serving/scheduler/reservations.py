@@ -88,7 +88,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import DataError
@@ -581,10 +581,19 @@ class DbReservations(Reservations):
                 outranks = (nominated, priority) if nominated and priority is not None else None
                 if not self._room_left(conn, key, option, job, (snapshot, seen), now, outranks):
                     return False
+            before = conn.execute(select(t.c.node, t.c.gpus).where(t.c.pod_key == own)).first()
             conn.execute(self._upsert(values))
             if own != key:  # the pod's row from before the cluster was in the key, if any
                 conn.execute(delete(t).where(t.c.pod_key == key, t.c.cluster == option.cluster))
         self._cached = None
+        where = (option.node, values["gpus"])
+        if before is None or (before.node, list(before.gpus or [])) != where:
+            log.info(
+                "scheduler hold: %s on node %s (cluster %s): GPUs %s at %d milli, %d mCPU, %d MiB, "
+                "for %.0f s unless seen bound (GET /api/v1/scheduler/holds)",
+                key, option.node, option.cluster, values["gpus"], values["gpu_milli"],
+                job.cpu_milli, job.memory_mib, self.ttl_s,
+            )  # fmt: skip
         return True
 
     def _sweep(self, conn: Any, key: str, snapshot: FleetSnapshot | None, now: float) -> None:
@@ -782,6 +791,46 @@ class DbReservations(Reservations):
             n = conn.execute(delete(t).where(t.c.pod_key.in_(gone))).rowcount if gone else 0
         self._cached = None
         return bool(n)
+
+    def count(self) -> int:
+        """Live holds now (not expired): ``fleetmind_scheduler_holds``."""
+        t = reservations_table
+        with self.db.read() as conn:
+            q = select(func.count()).select_from(t).where(t.c.expires_ts > self.clock())
+            return int(conn.execute(q).scalar_one())
+
+    def listing(self, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """At most ``limit`` live holds, the soonest to expire first, for
+        ``GET /api/v1/scheduler/holds``, and how many are live in all. Each: ``pod`` (the pod's
+        ``namespace/name``, or a ``reserve=true`` job's :func:`job_key`), ``uid``, ``cluster``,
+        ``node``, ``gpus`` (indices), ``gpu_milli`` (per GPU), ``cpu_milli``, ``memory_mib``,
+        ``bound`` (kube-scheduler reported the binding; the hold waits for telemetry to show the
+        pod), ``expires_at`` (Unix seconds) and ``seconds_left``."""
+        t = reservations_table
+        now = self.clock()
+        with self.db.read() as conn:
+            live = t.c.expires_ts > now
+            total = int(conn.execute(select(func.count()).select_from(t).where(live)).scalar_one())
+            rs = conn.execute(
+                select(t).where(live).order_by(t.c.expires_ts, t.c.pod_key).limit(limit)
+            ).all()
+        out = [
+            {
+                "pod": _name(r),
+                "uid": r.pod_uid,
+                "cluster": r.cluster,
+                "node": r.node,
+                "gpus": list(r.gpus or []),
+                "gpu_milli": int(r.gpu_milli),
+                "cpu_milli": int(r.cpu_milli),
+                "memory_mib": int(r.memory_mib),
+                "bound": r.bound_ts is not None,
+                "expires_at": float(r.expires_ts),
+                "seconds_left": round(max(0.0, r.expires_ts - now), 1),
+            }
+            for r in rs
+        ]
+        return out, total
 
     def rows(self) -> list[dict[str, Any]]:
         """Live holds (not expired), oldest first. ``pod_key`` is the caller's key (the pod's

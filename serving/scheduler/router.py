@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
@@ -331,3 +331,24 @@ def bound(
     ruled_out = state.clusters_without(node, snap) if cluster is None else frozenset()
     outcome = res.bound(f"{ns}/{name}", node, uid=uid, cluster=cluster, ruled_out=ruled_out)
     return {"Error": "", "Outcome": outcome}
+
+
+MAX_HOLDS_LISTED = 1000
+"""Most holds ``GET /api/v1/scheduler/holds`` lists in one answer."""
+
+
+@router.get("/holds", summary="Capacity FleetMind holds for pods it placed, not yet seen bound")
+def holds(
+    services: ServicesDep,
+    limit: int = Query(100, ge=1, le=MAX_HOLDS_LISTED, description="most holds listed"),
+) -> dict[str, Any]:
+    """The live holds, the soonest to expire first: what the extender's reasons "held for pods
+    FleetMind placed, not yet seen bound" refer to. ``{"total": <live holds>, "holds": [{pod, uid,
+    cluster, node, gpus, gpu_milli, cpu_milli, memory_mib, bound, expires_at, seconds_left}]}``
+    (:meth:`fleetmind.serving.scheduler.reservations.DbReservations.listing`); at most ``limit``
+    listed. Without database holds (an in-process test setup) none are listed."""
+    res = services.reservations
+    if not isinstance(res, DbReservations):
+        return {"total": 0, "holds": []}
+    listed, total = res.listing(limit)
+    return {"total": total, "holds": listed}
