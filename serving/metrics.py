@@ -94,9 +94,13 @@ BYTES_PER_WORKER = 1 << 20
 worker. Each worker keeps three files there (``counter_``, ``histogram_``, ``gauge_livemax_<pid>.db``),
 each created at prometheus-client's ``_INITIAL_MMAP_SIZE`` (64 KiB) and doubled as series appear:
 the request-latency histogram's file reaches 512 KiB at about 120 method/route/status series."""
-_UNRESERVABLE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
-"""``posix_fallocate`` errors that mean the file system cannot reserve blocks at all (glibc already
-writes zeros where ``fallocate`` is missing): nothing to reserve, not a full disk."""
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""The ``posix_fallocate`` errors that mean no room (full disk, quota, file size limit). Any other
+(``EOPNOTSUPP``, ``ENOSYS``, ``EINVAL``, ...) means the file system cannot reserve blocks: nothing
+is reserved and the file is used as before, never taken for a full disk. Where the file system
+has no ``fallocate`` (NFS, FUSE, older ZFS) glibc emulates it by writing into every block, and
+answers ``EBADF`` on an ``O_APPEND`` descriptor: reservations therefore use descriptors without
+it."""
 
 
 def host_tag() -> str | None:
@@ -233,8 +237,8 @@ def check_space(path: str, size: int) -> None:
     Why real blocks: prometheus-client grows each file with ``truncate`` (a sparse file, which
     succeeds on a full disk) and writes through ``mmap``; a full file system then answers the
     write with SIGBUS, killing the worker without a line, and uvicorn restarts it into the same
-    death. Nothing is checked where the file system cannot reserve (:data:`_UNRESERVABLE`) or
-    Python has no ``posix_fallocate`` (macOS).
+    death. Nothing is checked where the file system cannot reserve (any error but :data:`_FULL`)
+    or Python has no ``posix_fallocate`` (macOS).
 
     Raises:
         OSError: no room (``ENOSPC``, ``EDQUOT``), or the probe could not be made.
@@ -273,16 +277,19 @@ def _space_message(parent: str, given: str | None, workers: int, err: OSError) -
 
 
 def _reserve(fd: int, size: int) -> None:
-    """``posix_fallocate`` the first ``size`` bytes of the file ``fd`` (its size grows to at least
-    ``size``); nothing where the file system cannot (:data:`_UNRESERVABLE`).
+    """``posix_fallocate`` the first ``size`` bytes of the file ``fd`` (a descriptor without
+    ``O_APPEND``; its size grows to at least ``size``); nothing where the file system cannot
+    (any error but :data:`_FULL`) or Python has no ``posix_fallocate`` (macOS).
 
     Raises:
-        OSError: any other refusal (``ENOSPC``: the file system is full).
+        OSError: no room (:data:`_FULL`: ``ENOSPC``, ``EDQUOT``, ``EFBIG``).
     """
+    if not hasattr(os, "posix_fallocate"):
+        return
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as err:
-        if err.errno not in _UNRESERVABLE:
+        if err.errno in _FULL:
             raise
 
 
@@ -325,10 +332,18 @@ def mark_dead_workers(path: str) -> list[int]:
 class _ReservingFile:
     """The file object of a :class:`ReservedMmapedDict`: every ``truncate`` (prometheus-client's
     way to grow the file before mapping it larger) first reserves the blocks (:func:`_reserve`),
-    so that a full disk raises ``OSError`` here instead of SIGBUS at the write through the map."""
+    so that a full disk raises ``OSError`` here instead of SIGBUS at the write through the map.
+    The library opens the file ``a+b`` (``O_APPEND``), on which glibc's ``fallocate`` emulation
+    answers ``EBADF``; the flag is cleared here (the library writes only through the map and
+    ``truncate``, which ``O_APPEND`` does not affect)."""
 
     def __init__(self, f: Any) -> None:
         self._file = f
+        with contextlib.suppress(OSError, AttributeError, ImportError):
+            import fcntl  # POSIX only
+
+            flags = fcntl.fcntl(f.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(f.fileno(), fcntl.F_SETFL, flags & ~os.O_APPEND)
 
     def truncate(self, size: int) -> int:
         _reserve(self._file.fileno(), size)
@@ -348,8 +363,9 @@ class ReservedMmapedDict(MmapedDict):
     refused. Here the file is reserved (``posix_fallocate``) before the library maps it and at
     every growth, so a full disk is an ``OSError``; the dict then leaves the file for process
     memory (:meth:`_degrade`): the worker keeps serving (alert intake matters more than its
-    metrics), its counters and histograms stay in the file at their last values, its ``live``
-    gauge file is removed (a frozen gauge would be exported as current), and one warning says so.
+    metrics); only this file freezes (a counter or histogram file stays at its last values, a
+    ``live`` gauge file is removed: a frozen gauge would be exported as current), the worker's
+    other files keep updating, and one warning per kind of file says so.
     Installed by :func:`install_mmap_guard`; ``tests/test_metrics_disk_full.py`` pins the
     library internals this relies on (``_INITIAL_MMAP_SIZE``, ``_f``, ``_m``, ``_positions``,
     ``_init_value``, ``values.MmapedDict``).
@@ -372,19 +388,23 @@ class ReservedMmapedDict(MmapedDict):
     def _reserve_file(filename: str) -> None:
         """Reserve what the library maps first: the whole file, at least ``_INITIAL_MMAP_SIZE``
         bytes (the library then finds it non-empty and maps it as it is). A file this call
-        created is removed when that fails: an empty ``.db`` file breaks every scrape."""
-        with open(filename, "a+b") as f:
-            size = os.fstat(f.fileno()).st_size
+        created is removed when that fails: an empty ``.db`` file breaks every scrape. The
+        descriptor has no ``O_APPEND`` (see :data:`_FULL`)."""
+        fd = os.open(filename, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
             try:
-                _reserve(f.fileno(), max(size, prom_mmap_dict._INITIAL_MMAP_SIZE))
+                _reserve(fd, max(size, prom_mmap_dict._INITIAL_MMAP_SIZE))
             except OSError:
                 if size == 0:
                     os.unlink(filename)
                 raise
+        finally:
+            os.close(fd)
 
     def _degrade(self, err: OSError) -> dict[str, tuple[float, float]]:
         """Move this dict to process memory after ``err`` (its values so far kept), close the
-        file, remove it if it is a ``live`` gauge's, and warn once per process; returns the
+        file, remove it if it is a ``live`` gauge's, and warn once per kind of file; returns the
         memory (key -> value, timestamp)."""
         memory: dict[str, tuple[float, float]] = {}
         if self._m is not None:
@@ -439,23 +459,29 @@ class ReservedMmapedDict(MmapedDict):
         return self._memory is not None
 
 
-_warned_degraded = False
+_warned_degraded: set[str] = set()
+"""The kinds of file (``counter``, ``histogram``, ``gauge_livemax``, ...) already warned about."""
 
 
 def _warn_degraded(filename: str, err: OSError) -> None:
-    """One warning per process (the first file that fails; the others would only repeat it)."""
-    global _warned_degraded
-    if _warned_degraded:
+    """One warning per kind of file (its name less ``_<pid>.db``) and process, naming what froze:
+    only that file stops; the worker's other files keep updating."""
+    name = os.path.basename(filename)
+    kind = name.rsplit("_", 1)[0] if "_" in name else name
+    if kind in _warned_degraded:
         return
-    _warned_degraded = True
+    _warned_degraded.add(kind)
+    gauge = _LIVE_GAUGE_FILE.fullmatch(name) is not None
+    shown = "dropped from /metrics" if gauge else "kept at their last values in /metrics"
     log.warning(
-        "metrics of worker pid %d no longer updated: cannot grow %s (%s); the worker keeps "
-        "serving, its counters and histograms stay at their last values in /metrics and its "
-        "gauges are dropped; free space there (or point %s at a folder with more room) and "
-        "restart the service",
+        "%s metrics of worker pid %d no longer updated: cannot grow %s (%s); they are %s, the "
+        "worker keeps serving and its other metrics keep updating; free space there (or point "
+        "%s at a folder with more room) and restart the service",
+        kind,
         os.getpid(),
         filename,
         err.strerror or err,
+        shown,
         MULTIPROC_ENV,
     )
 
@@ -463,7 +489,7 @@ def _warn_degraded(filename: str, err: OSError) -> None:
 def install_mmap_guard() -> None:
     """Have prometheus-client's multiprocess values use :class:`ReservedMmapedDict` in this
     process (a worker: before its first metric), and print a trace on a fatal signal
-    (``faulthandler``): where the file system cannot reserve blocks (:data:`_UNRESERVABLE`) a full
+    (``faulthandler``): where the file system cannot reserve blocks (see :data:`_FULL`) a full
     disk can still SIGBUS a worker, which then at least says where. Files already open keep
     their class, so call it before any metric is made."""
     # values.MultiProcessValue looks the class up at every new file

@@ -8,12 +8,17 @@ without a line while uvicorn restarted them forever. FleetMind checks the folder
 (:func:`fleetmind.serving.metrics.prepare_multiprocess_dir`) and reserves every file's blocks
 before the library maps them (:class:`fleetmind.serving.metrics.ReservedMmapedDict`), so a full
 disk is an ``ENOSPC`` it survives. ENOSPC is simulated (``os.posix_fallocate`` replaced): no
-mount is needed.
+mount is needed. So is a file system without ``fallocate`` (NFS, FUSE, older ZFS), where glibc
+emulates it by writing into each block and answers ``EBADF`` on an ``O_APPEND`` descriptor
+(glibc ``sysdeps/posix/posix_fallocate.c``, https://sourceware.org/git/glibc.git: ``flags =
+__fcntl (fd, F_GETFL, 0); if (flags < 0 || (flags & O_APPEND) != 0) return EBADF;`` before its
+``pread``/``pwrite`` of one byte per block), and a Python without ``os.posix_fallocate`` (macOS).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -64,7 +69,7 @@ def _enospc_after(calls: int) -> Callable[[int, int, int], None]:
 
 @pytest.fixture(autouse=True)
 def _fresh_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics_mod, "_warned_degraded", False)
+    monkeypatch.setattr(metrics_mod, "_warned_degraded", set())
     monkeypatch.setattr(prom_values, "MmapedDict", MmapedDict)  # put back after install
 
 
@@ -164,7 +169,9 @@ def test_a_file_that_cannot_be_created_moves_to_memory(
         ReservedMmapedDict(str(tmp_path / "histogram_4242.db")).write_value("h", 1.0, 0.0)
     assert not path.exists()  # an empty .db file would break every scrape
     warnings = [r.getMessage() for r in caplog.records if "no longer updated" in r.getMessage()]
-    assert len(warnings) == 1 and "No space left on device" in warnings[0]
+    assert len(warnings) == 2 and all("No space left on device" in w for w in warnings)
+    assert warnings[0].startswith("counter metrics of worker pid")
+    assert warnings[1].startswith("histogram metrics of worker pid")
     d.close()
 
 
@@ -281,12 +288,15 @@ m.open_incidents.set(3)
 body = m.render()[0].decode()
 print("faulthandler", faulthandler.is_enabled())
 print("ingested", [ln for ln in body.splitlines() if ln.startswith("fleetmind_alerts_ingested_total")])
+print("incidents", [ln for ln in body.splitlines() if ln.startswith("fleetmind_open_incidents")])
+print("files", sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"])))
 """
 
 
 def test_a_worker_whose_disk_fills_keeps_running_and_says_so_once(tmp_path: Path) -> None:
     """A worker's three files are reserved (3 calls), the histogram's growth is not: the worker
-    renders ``/metrics`` and exits normally; one warning line names the folder."""
+    renders ``/metrics`` and exits normally; one warning line names the folder and the histogram
+    file as what froze, while the counter and the gauge (set after it) keep updating."""
     env = {**os.environ, MULTIPROC_ENV: str(tmp_path), "MLFLOW_DISABLE_TELEMETRY": "true"}
     out = subprocess.run(
         [sys.executable, "-c", WORKER, "3"], env=env, capture_output=True, text=True, timeout=120
@@ -296,3 +306,109 @@ def test_a_worker_whose_disk_fills_keeps_running_and_says_so_once(tmp_path: Path
     assert 'fleetmind_alerts_ingested_total{status="firing"} 5.0' in out.stdout
     warned = [ln for ln in out.stderr.splitlines() if "no longer updated" in ln]
     assert len(warned) == 1 and str(tmp_path) in warned[0]
+    assert "histogram metrics of worker pid" in warned[0] and "gauges are dropped" not in warned[0]
+    assert "fleetmind_open_incidents 3.0" in out.stdout
+    files = out.stdout.split("files ", 1)[1]
+    assert "gauge_livemax_" in files and "histogram_" in files and "counter_" in files
+
+
+# --- file systems without fallocate, and Pythons without posix_fallocate ----------------------
+
+
+def _glibc_emulation(
+    supported: bool, reserved: list[int] | None = None
+) -> Callable[[int, int, int], None]:
+    """``posix_fallocate`` on a file system without ``fallocate``: glibc's emulation refuses an
+    ``O_APPEND`` descriptor with ``EBADF``; otherwise it writes the blocks (``supported``: the
+    real call here, its end in bytes appended to ``reserved``) or, where even that is not
+    possible, answers ``EOPNOTSUPP``."""
+
+    def fake(fd: int, offset: int, length: int) -> None:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        if not supported:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        REAL_FALLOCATE(fd, offset, length)
+        if reserved is not None:
+            reserved.append(offset + length)
+
+    return fake
+
+
+@pytest.mark.parametrize("supported", [True, False], ids=["emulated", "unsupported"])
+def test_a_file_system_without_fallocate_is_not_a_full_disk(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    supported: bool,
+) -> None:
+    """The file is created and grown (two doublings) in the file, not in memory, and no warning;
+    where the emulation works, every growth was reserved through it (blocks written)."""
+    path = tmp_path / "histogram_4247.db"
+    reserved: list[int] = []
+    monkeypatch.setattr(os, "posix_fallocate", _glibc_emulation(supported, reserved))
+    with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
+        d = ReservedMmapedDict(str(path))
+        for i in range(2000):
+            d.write_value(_key(i), float(i), 0.0)
+        assert not d.degraded
+        d.close()
+    assert path.stat().st_size >= 4 * prom_mmap_dict._INITIAL_MMAP_SIZE
+    in_file = {k: v for k, v, _, _ in MmapedDict.read_all_values_from_file(str(path))}
+    assert len(in_file) == 2000 and in_file[_key(1999)] == 1999.0
+    assert not [r for r in caplog.records if "no longer updated" in r.getMessage()]
+    if supported:  # the first 64 KiB, then each doubling
+        assert len(reserved) >= 3 and max(reserved) == path.stat().st_size, reserved
+
+
+def test_emulated_fallocate_still_tells_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a descriptor without ``O_APPEND`` the emulation reaches the disk: its ``ENOSPC`` at
+    a growth still moves the dict to memory instead of a SIGBUS."""
+    emulated = _glibc_emulation(True)
+    left = {"n": 1}
+
+    def fake(fd: int, offset: int, length: int) -> None:
+        emulated(fd, offset, length)  # EBADF on an O_APPEND descriptor, as glibc
+        if left["n"] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        left["n"] -= 1
+
+    monkeypatch.setattr(os, "posix_fallocate", fake)
+    d = ReservedMmapedDict(str(tmp_path / "counter_4248.db"))
+    for i in range(2000):
+        d.write_value(_key(i), 1.0, 0.0)
+    assert d.degraded and d.read_value(_key(1999)) == (1.0, 0.0)
+    d.close()
+
+
+def test_a_python_without_posix_fallocate_reserves_nothing_and_keeps_counting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS: ``os.posix_fallocate`` does not exist; the guard is a no-op, not an AttributeError
+    out of ``Metrics()`` in every worker."""
+    monkeypatch.delattr(os, "posix_fallocate")
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    metrics_mod.check_space(str(tmp_path), BYTES_PER_WORKER)
+    d = ReservedMmapedDict(str(tmp_path / "histogram_4249.db"))
+    for i in range(2000):
+        d.write_value(_key(i), 1.0, 0.0)
+    assert not d.degraded
+    d.close()
+    worker = (
+        "import os\n"
+        "del os.posix_fallocate\n"
+        "from fleetmind.serving.metrics import Metrics\n"
+        "m = Metrics()\n"
+        "for i in range(300):\n"
+        "    m.request_latency.labels('GET', f'/api/v1/route{i}', '200').observe(0.01)\n"
+        "m.alerts_ingested.labels('firing').inc(2)\n"
+        "print(m.render()[0].decode())\n"
+    )
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    out = subprocess.run(
+        [sys.executable, "-c", worker], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 'fleetmind_alerts_ingested_total{status="firing"} 2.0' in out.stdout
