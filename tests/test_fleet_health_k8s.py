@@ -30,7 +30,8 @@ from k8s_helpers import dcgm_text, ksm_allocatable, ksm_pod_info, ksm_prometheus
 from serving_helpers import serving_settings
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.telemetry.base import NodeState
+from fleetmind.serving.scheduler.placement_router import schedulable_part
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 from fleetmind.serving.telemetry.prometheus import (
     KSM_FLEET_QUERY,
     PrometheusApiSource,
@@ -193,6 +194,25 @@ def test_node_status_from_raw_series() -> None:
 def test_nodes_without_status_series_stay_schedulable() -> None:
     (n,) = build_nodes(dcgm("n1", 2), ksm_node("n1", 2.0, 2.0))
     assert n.schedulable and not n.cordoned and n.not_ready is None
+
+
+def test_one_snapshot_gives_one_schedulable_node_list() -> None:
+    """The served placer keeps its model of the fleet per node list (``id(snapshot.nodes)``): the
+    part without cordoned nodes must be the same list for the same snapshot, or every placement
+    rebuilds that model (at 5,000 nodes ~1 ms became 55-100 ms a placement)."""
+    nodes = build_nodes(
+        dcgm("n1", 8) + dcgm("n2", 8),
+        [*ksm_node("n1", 8.0, 8.0), *ksm_status("n1", True, "true"), *ksm_node("n2", 8.0, 8.0)],
+    )
+    snap = FleetSnapshot("prometheus", nodes)
+    first, out = schedulable_part(snap)
+    again, out_again = schedulable_part(snap)
+    assert [n.name for n in first.nodes] == ["n2"] and [n.name for n in out] == ["n1"]
+    assert again is first and again.nodes is first.nodes and out_again == out
+    other = FleetSnapshot("prometheus", list(nodes))  # a new snapshot: its own answer
+    assert schedulable_part(other)[0].nodes is not first.nodes
+    whole = FleetSnapshot("prometheus", [n for n in nodes if n.schedulable])
+    assert schedulable_part(whole)[0] is whole
 
 
 def test_fleet_query_reads_cordons_and_conditions() -> None:
