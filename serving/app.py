@@ -325,8 +325,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         settings.reservation_bound_grace_s,
         snapshot_lag_s=snapshot_lag_s(settings),
     )
-    metrics.holds_count = reservations.count  # fleetmind_scheduler_holds, from the first scrape
-    return Services(
+    services = Services(
         settings,
         db,
         graphs,
@@ -338,6 +337,12 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         rca_batcher=batcher,
         reservations=reservations,
     )
+    # fleetmind_scheduler_holds, from the first scrape: the holds the placers count under the last
+    # snapshot read (a scrape never reads telemetry)
+    metrics.holds_count = lambda: reservations.count(
+        scheduler_router.last_snapshot(services.telemetry)
+    )
+    return services
 
 
 async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:

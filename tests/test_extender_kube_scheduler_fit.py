@@ -130,7 +130,7 @@ def test_candidates_all_unknown_is_a_503_some_unknown_fail_per_node(client: Test
     assert out["NodeNames"] == ["gpu-1"]
     assert out["FailedNodes"] == {}  # unresolvable: preempting there would not change FleetMind
     assert out["FailedAndUnresolvableNodes"] == {
-        "other-1": "FleetMind has no GPU telemetry for this node"
+        "other-1": "FleetMind: no GPU telemetry for this node"
     }
 
 

@@ -198,5 +198,5 @@ def test_unknown_and_ambiguous_nodes_are_unresolvable() -> None:
     assert out["NodeNames"] == ["gpu-a"]
     assert out["FailedNodes"] == {}
     unres = out["FailedAndUnresolvableNodes"]
-    assert unres["no-exporter"] == "FleetMind has no GPU telemetry for this node"
-    assert unres["twin"].startswith("node name 'twin' is in clusters local, other"), unres
+    assert unres["no-exporter"] == "FleetMind: no GPU telemetry for this node"
+    assert unres["twin"].startswith("FleetMind: node name is in several clusters"), unres

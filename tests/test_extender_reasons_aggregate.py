@@ -13,6 +13,8 @@ Upstream behaviour modelled (kubernetes/kubernetes):
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import random
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetmind.serving.app import create_app
+from fleetmind.serving.scheduler.extender import ANN_GPU_MODEL
 from fleetmind.serving.scheduler.placement import GPU_CAUSES
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
@@ -156,3 +159,67 @@ def test_placements_409_names_placeholder_gpus(client: TestClient) -> None:
     r = client.post("/api/v1/placements", json={"num_gpu": 1, "gpu_milli": 1000})
     assert r.status_code == 409
     assert GPU_CAUSES["no_reading"] in r.json()["detail"]
+
+
+def test_unknown_twin_and_wrong_model_nodes_aggregate(client: TestClient) -> None:
+    """Node names in two clusters, unknown names and mixed MIG layouts fail with a few fixed,
+    prefixed reasons and no ", " inside one, so the FitError fits the 1024-byte event (before:
+    62 distinct reasons, 6,726 bytes for 60 twins; 11 distinct, 1,294 bytes for the MIG nodes)."""
+    twins = [
+        dataclasses.replace(_node(f"gpu-{i:03d}", free=0), cluster=c)
+        for c in ("east", "west")
+        for i in range(60)
+    ]
+    profiles = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+    migs = []
+    for i, pair in enumerate(itertools.combinations(profiles, 2)):
+        gpus = [GpuState(k, f"NVIDIA A100-SXM4-80GB MIG {p}") for k, p in enumerate(pair * 2)]
+        gpus.append(GpuState(9, "NVIDIA A100-SXM4-80GB", free_milli=0))
+        migs.append(NodeState(f"mig-{i}", "local", gpus, 95500, 95500, 500000, 400000))
+    plain = [_node(f"h100-{i}", free=0) for i in range(20)]
+    client.app.state.services.telemetry = SimSource([*twins, *migs, *plain])
+    names = [f"gpu-{i:03d}" for i in range(60)] + ["unknown-1", "unknown-2", "h100-0"]
+    answer = client.post(FILTER, json={"Pod": _pod("x", 1), "NodeNames": names}).json()
+    assert answer["FailedNodes"] == {
+        "h100-0": f"FleetMind: not enough free GPUs ({GPU_CAUSES['busy']})"
+    }
+    reasons = set(answer["FailedAndUnresolvableNodes"].values())
+    assert reasons == {
+        "FleetMind: node name is in several clusters: set FLEETMIND_SCHEDULER_CLUSTER to this "
+        "scheduler's cluster",
+        "FleetMind: no GPU telemetry for this node",
+    }
+    assert len(_fit_error(len(names), answer).encode()) <= 1024
+    pod = _pod("y", 2)
+    pod["metadata"]["annotations"] = {ANN_GPU_MODEL: "H100"}
+    names = [n.name for n in [*migs, *plain]]
+    answer = client.post(FILTER, json={"Pod": pod, "NodeNames": names}).json()
+    failed = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert set(failed.values()) == {
+        "FleetMind: no GPU of the pod's model (H100) here",
+        "FleetMind: not enough free H100 GPUs (in use per DCGM)",
+    }, set(failed.values())
+    assert all(", " not in r for r in failed.values())
+    assert len(_fit_error(len(names), answer).encode()) <= 1024
+
+
+def test_holds_listed_and_counted_as_the_placers_count_them(client: TestClient) -> None:
+    """A hold whose pod telemetry shows on the held node no longer counts for the placers
+    (``DbReservations.view``); GET /holds and ``fleetmind_scheduler_holds`` drop it too (before:
+    both kept it until its TTL ran out, 2 minutes)."""
+    client.app.state.services.telemetry = SimSource([_node("n1"), _node("n2")])
+    for name in ("seen", "unseen"):
+        client.post(PRIORITIZE, json={"Pod": _pod(name, 8), "NodeNames": ["n1", "n2"]})
+    body = client.get(HOLDS).json()
+    assert body["total"] == 2
+    held_on = {h["pod"]: h["node"] for h in body["holds"]}
+    node = held_on["ml/seen"]
+    shown = dataclasses.replace(
+        _node(node, free=0), pods=frozenset({"ml/seen"}), pod_uids=frozenset({"u-seen"})
+    )
+    other = "n2" if node == "n1" else "n1"
+    client.app.state.services.telemetry = SimSource([shown, _node(other, free=0)])
+    client.post(FILTER, json={"Pod": _pod("probe", 1), "NodeNames": [node]})  # a snapshot read
+    body = client.get(HOLDS).json()
+    assert body["total"] == 1 and [h["pod"] for h in body["holds"]] == ["ml/unseen"]
+    assert "fleetmind_scheduler_holds 1.0" in client.get("/metrics").text

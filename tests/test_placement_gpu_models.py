@@ -191,9 +191,12 @@ def test_extender_filter_matches_whole_models(annotation: str | None, passing: s
     )
     assert {o.node for o in d.options} == passing
     for name in {"a100", "h"} - passing:
-        assert d.unresolvable[name].startswith("GPU model"), d.unresolvable
+        assert d.unresolvable[name].startswith("FleetMind: "), d.unresolvable
     if annotation in ("|", " "):
-        assert "names none" in d.unresolvable["a100"]
+        assert "names no GPU model" in d.unresolvable["a100"]
+    else:
+        for why in d.unresolvable.values():
+            assert why.startswith("FleetMind: no GPU of the pod's model ("), why
 
 
 def test_wanted_words_may_skip_the_form_factor_in_nvidias_names() -> None:

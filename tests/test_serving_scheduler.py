@@ -188,7 +188,7 @@ def test_model_constraint_fails_other_models_unresolvably(ppo_client: TestClient
     wrong = [
         n
         for n, why in out["FailedAndUnresolvableNodes"].items()
-        if "pod wants V100M32 or A10" in why
+        if "pod's model (V100M32 or A10)" in why
     ]
     assert wrong and not set(wrong) & set(out["NodeNames"])
 
@@ -300,9 +300,9 @@ def test_node_names_two_clusters_share_are_not_guessed() -> None:
     args["NodeNames"] = ["worker-1", "worker-2", "worker-3"]
 
     _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex())
-    assert "clusters east, west" in d.unresolvable["worker-1"]
+    assert "in several clusters" in d.unresolvable["worker-1"]
     assert "FLEETMIND_SCHEDULER_CLUSTER" in d.unresolvable["worker-1"]
-    assert "pod wants H100" in d.unresolvable["worker-2"]  # names one cluster has still resolve
+    assert "pod's model (H100)" in d.unresolvable["worker-2"]  # names one cluster has still resolve
     assert [o.node for o in d.options] == ["worker-3"]
 
     _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex("west"))

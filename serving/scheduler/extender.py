@@ -56,7 +56,7 @@ profiles, or beside GPUs with MIG disabled, is ``mixed``: a GPU pod that does no
 ``nvidia.com/mig-<profile>`` (``nvidia.com/gpu`` or the GPU-sharing annotations; a
 ``gpu-card-model`` naming a MIG profile does not change that) may use only its GPUs with MIG
 disabled, and a node without any fails as unresolvable ("MIG instances here are
-nvidia.com/mig-<profile> resources (mixed strategy: ...), not nvidia.com/gpu: ask for one (...)"). A node whose GPUs are all
+nvidia.com/mig-<profile> resources (mixed strategy), not nvidia.com/gpu: ask for one"). A node whose GPUs are all
 MIG instances of one profile may be either strategy: its instances take ``nvidia.com/gpu`` pods
 (``single``) and ``nvidia.com/mig-<profile>`` pods of that profile (``mixed``).
 
@@ -737,9 +737,12 @@ def _model_ok(node: NodeState, req: PodRequest) -> bool:
     return bool(_eligible(node, req))
 
 
-def _model_reason(node: NodeState, req: PodRequest) -> str:
-    """One line: why no GPU of ``node`` is one ``req`` may take (:func:`_model_ok` is False)."""
+def _model_reason(node: NodeState, req: PodRequest) -> tuple[str, str]:
+    """Why no GPU of ``node`` is one ``req`` may take (:func:`_model_ok` is False): the reason,
+    one fixed phrase per cause with only the pod's own request in it and no ``", "`` (the
+    separator of kube-scheduler's ``FitError``), and the node's figures for the DEBUG line."""
     mixed_migs = [g for g in node.gpus if not g.missing and is_mig(g)] if mig_mixed(node) else []
+    models = ", ".join(sorted({g.model for g in node.gpus})) or "none"
     if (
         not req.mig
         and not (req.gpu_model_spec and not req.gpu_models)
@@ -747,19 +750,23 @@ def _model_reason(node: NodeState, req: PodRequest) -> str:
     ):
         profiles = sorted({_profile(g.model) for g in mixed_migs} - {""})
         wants = ", ".join(f"{MIG_PREFIX}{p.replace('+', '.')}" for p in profiles)
-        why = "several MIG profiles" if len(profiles) > 1 else "MIG beside GPUs with MIG disabled"
-        return (
-            f"MIG instances here are {MIG_PREFIX}<profile> resources (mixed strategy: {why}), "
-            f"not {GPU_RESOURCE}: ask for one ({wants or 'see the node'})"
+        reason = (
+            f"MIG instances here are {MIG_PREFIX}<profile> resources (mixed strategy), "
+            f"not {GPU_RESOURCE}: ask for one"
         )
-    models = sorted({g.model for g in node.gpus}) or ["none"]
-    wants = " or ".join(req.gpu_models) or (
-        f"a model, but {ANN_GPU_MODEL} {req.gpu_model_spec!r} names none"
+        return reason, f"GPU model {models}; ask for one of {wants or 'see the node'}"
+    if req.gpu_model_spec and not req.gpu_models:
+        reason = f"annotation {ANN_GPU_MODEL} names no GPU model"
+        return reason, f"GPU model {models}; annotation {req.gpu_model_spec!r}"
+    reason = (
+        f"no GPU of the pod's model ({' or '.join(req.gpu_models)}) here"
+        if req.gpu_models
+        else "no GPU with MIG disabled here"  # a mixed MIG node whose instances have no reading
     )
     if req.models_ignored:
         n = req.models_ignored
-        wants += f" ({n} model{'s' if n != 1 else ''} beyond {MAX_MODEL_CHARS} characters ignored)"
-    return f"GPU model {', '.join(models)}; pod wants {wants}"
+        reason += f" ({n} model{'s' if n != 1 else ''} beyond {MAX_MODEL_CHARS} characters ignored)"
+    return reason, f"GPU model {models}"
 
 
 def _profile(model: str) -> str:
@@ -785,6 +792,19 @@ def replicas_for(node: NodeState, req: PodRequest) -> int:
 REASON_PREFIX = "FleetMind: "
 """Starts every reason the extender gives a node itself, so that it reads as FleetMind's in the
 pod's ``FailedScheduling`` event beside kube-scheduler's own plugins' reasons."""
+
+
+def _unknown_reason(name: str, index: NodeIndex) -> str:
+    """The reason for a node name telemetry has no one node for: one fixed phrase per cause (the
+    clusters that share the name go to a DEBUG line)."""
+    if name in index.ambiguous:
+        clusters = ", ".join(index.ambiguous[name])
+        log.debug("kube-scheduler extender: node %s is in clusters %s", name, clusters)
+        return (
+            f"{REASON_PREFIX}node name is in several clusters: set FLEETMIND_SCHEDULER_CLUSTER "
+            "to this scheduler's cluster"
+        )
+    return f"{REASON_PREFIX}no GPU telemetry for this node"
 
 
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
@@ -1062,16 +1082,13 @@ def decide(
         if node is None:
             if not req.num_gpu:
                 d.passthrough.append(name)
-            elif name in index.ambiguous:  # unresolvable: preemption frees nothing FleetMind sees
-                d.unresolvable[name] = (
-                    f"node name {name!r} is in clusters {', '.join(index.ambiguous[name])}: set "
-                    "FLEETMIND_SCHEDULER_CLUSTER to this scheduler's cluster"
-                )
-            else:
-                d.unresolvable[name] = "FleetMind has no GPU telemetry for this node"
+            else:  # unresolvable: preemption frees nothing FleetMind sees
+                d.unresolvable[name] = _unknown_reason(name, index)
             continue
         if req.num_gpu and not _model_ok(node, req):
-            d.unresolvable[name] = _model_reason(node, req)
+            reason, detail = _model_reason(node, req)
+            log.debug("kube-scheduler extender: pod %s not on node %s: %s", req.key, name, detail)
+            d.unresolvable[name] = REASON_PREFIX + reason
             continue
         r = replicas_for(node, req)
         if r > 1:

@@ -792,28 +792,50 @@ class DbReservations(Reservations):
         self._cached = None
         return bool(n)
 
-    def count(self) -> int:
-        """Live holds now (not expired): ``fleetmind_scheduler_holds``."""
+    def _held_rows(self, snapshot: FleetSnapshot, now: float) -> list[Any]:
+        """The rows that hold capacity under ``snapshot`` at ``now`` (s), as :meth:`view` selects
+        and filters them (:meth:`_live`), the soonest to expire first."""
         t = reservations_table
         with self.db.read() as conn:
-            q = select(func.count()).select_from(t).where(t.c.expires_ts > self.clock())
+            rows = conn.execute(select(t)).all()  # expired too: one the snapshot keeps holds
+        live = self._live(rows, snapshot, now=now)
+        return sorted(live, key=lambda r: (r.expires_ts, r.pod_key))
+
+    def count(self, snapshot: FleetSnapshot | None = None) -> int:
+        """Live holds now: ``fleetmind_scheduler_holds``. With ``snapshot``, those the placers
+        count under it (:meth:`view`: a hold whose pod the snapshot shows, or whose bound grace
+        passed, ends); without, every row not expired."""
+        now = self.clock()
+        if snapshot is not None:
+            return len(self._held_rows(snapshot, now))
+        t = reservations_table
+        with self.db.read() as conn:
+            q = select(func.count()).select_from(t).where(t.c.expires_ts > now)
             return int(conn.execute(q).scalar_one())
 
-    def listing(self, limit: int) -> tuple[list[dict[str, Any]], int]:
+    def listing(
+        self, limit: int, snapshot: FleetSnapshot | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
         """At most ``limit`` live holds, the soonest to expire first, for
-        ``GET /api/v1/scheduler/holds``, and how many are live in all. Each: ``pod`` (the pod's
+        ``GET /api/v1/scheduler/holds``, and how many are live in all: with ``snapshot``, the
+        holds the placers count under it (as :meth:`count`). Each: ``pod`` (the pod's
         ``namespace/name``, or a ``reserve=true`` job's :func:`job_key`), ``uid``, ``cluster``,
         ``node``, ``gpus`` (indices), ``gpu_milli`` (per GPU), ``cpu_milli``, ``memory_mib``,
         ``bound`` (kube-scheduler reported the binding; the hold waits for telemetry to show the
         pod), ``expires_at`` (Unix seconds) and ``seconds_left``."""
         t = reservations_table
         now = self.clock()
-        with self.db.read() as conn:
-            live = t.c.expires_ts > now
-            total = int(conn.execute(select(func.count()).select_from(t).where(live)).scalar_one())
-            rs = conn.execute(
-                select(t).where(live).order_by(t.c.expires_ts, t.c.pod_key).limit(limit)
-            ).all()
+        if snapshot is not None:
+            held = self._held_rows(snapshot, now)
+            total, rs = len(held), held[:limit]
+        else:
+            with self.db.read() as conn:
+                live = t.c.expires_ts > now
+                q = select(func.count()).select_from(t).where(live)
+                total = int(conn.execute(q).scalar_one())
+                rs = conn.execute(
+                    select(t).where(live).order_by(t.c.expires_ts, t.c.pod_key).limit(limit)
+                ).all()
         out = [
             {
                 "pod": _name(r),

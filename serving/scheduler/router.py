@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.data.errors import DataError, FleetMindError, NotAvailableError
 from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
 from fleetmind.serving.scheduler import extender as ext
 from fleetmind.serving.scheduler.placement import Option, Reservations
@@ -99,6 +99,13 @@ def _preemptor(args: dict[str, Any]) -> tuple[str | None, int]:
         raise DataError("Pod.status.nominatedNodeName must be a string")
     names, _ = ext.candidate_names(args)
     return (node if node in names else None), prio
+
+
+def last_snapshot(telemetry: Any) -> FleetSnapshot | None:
+    """``telemetry``'s last snapshot read, whatever its age (``None`` without one or without a
+    source): never a telemetry read, for what must not wait on one (``/bound``, a scrape)."""
+    last = getattr(telemetry, "last_snapshot", None)
+    return last() if callable(last) else None
 
 
 def _snapshot(telemetry: Any, nominated: str | None) -> FleetSnapshot:
@@ -324,8 +331,7 @@ def bound(
         return {"Error": "", "Outcome": "unknown"}
     # the last snapshot read, whatever its age: /bound never waits on (nor starts) a telemetry
     # read, and none configured or read yet still answers (the hold found by uid or node)
-    last = getattr(services.telemetry, "last_snapshot", None)
-    snap = last() if callable(last) else None
+    snap = last_snapshot(services.telemetry)
     state = _state(services)
     cluster = state.cluster_of(node, snap)
     ruled_out = state.clusters_without(node, snap) if cluster is None else frozenset()
@@ -346,9 +352,18 @@ def holds(
     FleetMind placed, not yet seen bound" refer to. ``{"total": <live holds>, "holds": [{pod, uid,
     cluster, node, gpus, gpu_milli, cpu_milli, memory_mib, bound, expires_at, seconds_left}]}``
     (:meth:`fleetmind.serving.scheduler.reservations.DbReservations.listing`); at most ``limit``
-    listed. Without database holds (an in-process test setup) none are listed."""
+    listed. The holds are those the placers count under the telemetry snapshot a decision would
+    use now (a hold whose pod the snapshot shows, or whose bound grace passed, is gone); without
+    telemetry (or when it cannot be read and none was), every hold not expired. Without database
+    holds (an in-process test setup) none are listed."""
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"total": 0, "holds": []}
-    listed, total = res.listing(limit)
+    snap = last_snapshot(services.telemetry)
+    if services.telemetry is not None:
+        try:
+            snap = services.telemetry.snapshot()
+        except FleetMindError:
+            pass  # the last one read, if any
+    listed, total = res.listing(limit, snap)
     return {"total": total, "holds": listed}
