@@ -45,7 +45,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy.exc import SQLAlchemyError
@@ -71,6 +72,8 @@ from fleetmind.serving.tls import scheduler_cert
 from fleetmind.serving.ui.auth import session_of_cookies
 
 log = logging.getLogger("fleetmind.serving")
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -329,16 +332,46 @@ class AuthThrottle:
             return False
         now = time.monotonic() if now is None else now
         with self._lock:
-            entry = self._clients.pop(client, None)
-            if entry is None or (entry[2] or entry[0] + window_s) <= now:
-                entry = [now, 0.0, 0.0]  # a new window (the last one, or its refusal, is over)
-            entry[1] += 1
-            started = entry[1] == limit
-            if started:
-                entry[2] = now + window_s
-            self._clients[client] = entry
-            while len(self._clients) > self.max_clients:
-                self._clients.popitem(last=False)
+            return self._count(client, limit, window_s, now)
+
+    def check(
+        self,
+        client: str,
+        limit: int,
+        window_s: float,
+        verify: Callable[[], _T | None],
+        now: float | None = None,
+    ) -> tuple[_T | None, int | None, bool]:
+        """Check one token from ``client`` and count it when wrong, in one step under the lock:
+        ``verify()`` (the token's check: constant-time comparisons with the configured tokens, no
+        I/O) runs only while ``client`` is not refused, and its ``None`` is a wrong token. So
+        concurrent requests (the ``/ui`` pages check theirs in worker threads) never check more
+        than ``limit`` tokens of one ``client`` per window. Returns what ``verify`` gave (``None``
+        when refused), the whole seconds ``client`` must still wait (``None``: checked) and whether
+        this wrong token started the refusal. ``limit`` 0: checked, never counted."""
+        if limit <= 0:
+            return verify(), None, False
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            entry = self._clients.get(client)
+            if entry is not None and entry[2] > now:
+                return None, max(1, math.ceil(entry[2] - now)), False
+            value = verify()
+            started = value is None and self._count(client, limit, window_s, now)
+        return value, None, started
+
+    def _count(self, client: str, limit: int, window_s: float, now: float) -> bool:
+        """One wrong token from ``client`` (the lock held); whether it starts the refusal."""
+        entry = self._clients.pop(client, None)
+        if entry is None or (entry[2] or entry[0] + window_s) <= now:
+            entry = [now, 0.0, 0.0]  # a new window (the last one, or its refusal, is over)
+        entry[1] += 1
+        started = entry[1] == limit
+        if started:
+            entry[2] = now + window_s
+        self._clients[client] = entry
+        while len(self._clients) > self.max_clients:
+            self._clients.popitem(last=False)
         return started
 
 
@@ -357,27 +390,45 @@ def auth_throttle(app: Any) -> AuthThrottle:
     return throttle  # type: ignore[no-any-return]
 
 
+NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): its addresses carry an IPv4 client in their last 32
+bits, one client each, though Python calls them global (a /64 key would join every IPv4 client)."""
+IFNAME_CHARS = 64
+"""Most characters of an IPv6 zone id (``%eth0``, an interface name or index) kept in a
+:func:`client_address` key (Linux names have at most 15)."""
+
+
 def client_address(scope: Any) -> str | None:
     """The key :class:`AuthThrottle` counts a client under: the client's IP address as the access
     log shows it (the peer, or the ``X-Forwarded-For`` address a proxy of
     ``FLEETMIND_TRUSTED_PROXIES`` gave: uvicorn rewrites ``scope["client"]``), an IPv4-mapped IPv6
-    address (``::ffff:10.0.0.1``, a dual-stack socket's IPv4 client) as plain IPv4, and an IPv6
-    address as its /64 network (``2001:db8:1:2::/64``): one host is given a whole /64 (RFC 6177,
-    RFC 7421), so counting single IPv6 addresses would let it send 2**64 times the limit.
+    address (``::ffff:10.0.0.1``, a dual-stack socket's IPv4 client) and a NAT64 one
+    (``64:ff9b::a00:1``, :data:`NAT64_PREFIX`) as plain IPv4, and a global
+    IPv6 address (``is_global``) as its /64 network (``2a00:1450:4001:81b::/64``): a host on the
+    internet usually controls a whole /64 of addresses (SLAAC and privacy addresses, RFC 7421),
+    so counting single addresses would let it send 2**64 times the limit. A non-global IPv6
+    address counts whole, a link-local one with its zone (``fe80::1%eth0``): many hosts share one
+    /64 there (a Docker or Cilium pod subnet, ``fd00::/64``; every link's ``fe80::/64``), and one
+    guesser must not lock its neighbours out.
     ``None`` when there is none or it is no IP address (a Unix socket without a proxy's header):
     :class:`AuthThrottle` counts nothing then, since one counter shared by every client would let
     any of them lock all the others out."""
     client = scope.get("client")
     if not client:
         return None
+    bare, _, zone = str(client[0]).partition("%")
     try:
-        address = ipaddress.ip_address(str(client[0]).split("%", 1)[0])
+        address = ipaddress.ip_address(bare)
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+        if address in NAT64_PREFIX:  # an IPv4 client through NAT64: its own IPv4 address
+            return str(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if address.is_global:
+            return str(ipaddress.ip_network(f"{address}/64", strict=False))
+        return f"{address}%{zone[:IFNAME_CHARS]}" if zone else str(address)
     return str(address)
 
 
@@ -395,21 +446,32 @@ def throttled(app: Any, settings: Settings, client: str | None) -> int | None:
     return auth_throttle(app).retry_after(client)
 
 
-def note_wrong_token(app: Any, settings: Settings, client: str | None) -> None:
-    """Count a wrong token from ``client`` (none without a client address); one warning when
-    that starts its refusal (the :func:`client_address` key, never the token)."""
+def check_guess(
+    app: Any, settings: Settings, client: str | None, verify: Callable[[], _T | None]
+) -> tuple[_T | None, int | None]:
+    """A guessable token's check ``verify()`` through the app's :meth:`AuthThrottle.check` for
+    ``client``: what it gave (``None``: wrong, or not checked) and the whole seconds ``client`` is
+    refused for (``None``: it was checked, and counted when wrong), with one warning when that
+    starts the refusal. Without a client address it is checked and never counted."""
     if client is None:
-        return
+        return verify(), None
     limit, window = settings.auth_failure_limit, settings.auth_failure_window_s
-    if auth_throttle(app).failed(client, limit, window):
-        log.warning(
-            "%d wrong tokens from %r within %.0f s: its requests with a token get 429 for %.0f s "
-            "(FLEETMIND_AUTH_FAILURE_LIMIT, FLEETMIND_AUTH_FAILURE_WINDOW_S)",
-            limit,
-            client[:100],
-            window,
-            window,
-        )
+    value, retry, started = auth_throttle(app).check(client, limit, window, verify)
+    if started:
+        _warn_refusal(client, limit, window)
+    return value, retry
+
+
+def _warn_refusal(client: str, limit: int, window: float) -> None:
+    """The one warning when ``client`` starts being refused (its key, never the token)."""
+    log.warning(
+        "%d wrong tokens from %r within %.0f s: its requests with a token get 429 for %.0f s "
+        "(FLEETMIND_AUTH_FAILURE_LIMIT, FLEETMIND_AUTH_FAILURE_WINDOW_S)",
+        limit,
+        client[:100],
+        window,
+        window,
+    )
 
 
 def throttled_detail(retry_after: int) -> str:
@@ -554,21 +616,21 @@ class AuthMiddleware:
         needed = route_scope(app, scope)
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
         # an opaque bearer token is a guess until it matches: refused before it is checked
-        # while this address is throttled, counted when wrong (by the /ui pages themselves)
+        # while this address is throttled, checked and counted when wrong in one locked step
+        # (the /ui pages count theirs themselves, only when no session cookie signs the page in:
+        # the bearer decides nothing then, an SSO proxy's own opaque token)
         guess = scope.get("path") not in PUBLIC_PATHS and header and _is_opaque_bearer(header)
-        if guess:
+        got = None if guess else granted_scopes(tokens, header)
+        if guess and needed == "public":
             retry = throttled(app, settings, client_address(scope))
-            if retry is not None and needed == "public":
-                # a /ui page: its bearer is never seen (no oracle), the page answers the 429
+            if retry is not None:  # a /ui page: its bearer never seen (no oracle), its own 429
                 scope = _without_authorization(scope, retry)
-            elif retry is not None:
+        elif guess:
+            check = partial(granted_scopes, tokens, header)
+            got, retry = check_guess(app, settings, client_address(scope), check)
+            if retry is not None:
                 await _answer(send, 429, throttled_detail(retry), [(b"retry-after", b"%d" % retry)])
                 return
-        got = granted_scopes(tokens, header)
-        if guess and got is None and needed != "public":
-            # the /ui pages count the bearer themselves, only when no session cookie signs the
-            # page in (the bearer decides nothing then: an SSO proxy's own opaque token)
-            note_wrong_token(app, settings, client_address(scope))
         if needed == "public":
             body = await read_bounded(scope, receive, PUBLIC_BODY_BYTES)
             if body is None:

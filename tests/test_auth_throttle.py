@@ -276,22 +276,28 @@ def test_a_token_of_few_different_characters_is_weak(
     assert ("FLEETMIND_READ_TOKEN" in settings.weak_tokens()) is weak
 
 
+# a global IPv6 prefix (Google's 2a00:1450::/32: the documentation prefix 2001:db8::/32 is not
+# global, ipaddress.IPv6Address.is_global, so it would count address by address)
+GLOBAL_64 = "2a00:1450:4001:81b"
+
+
 def test_an_ipv6_client_counts_by_its_64_and_a_mapped_ipv4_as_ipv4(
     app: FastAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One host is given a whole /64 (RFC 6177, RFC 7421): rotating the low 64 bits is no escape."""
+    """A host on the internet usually controls a whole /64 (SLAAC, privacy addresses, RFC 7421):
+    rotating the low 64 bits of a global address is no escape."""
     caplog.set_level(logging.WARNING, "fleetmind.serving")
     codes = [
-        client(app, (f"2001:db8:1:2::{i + 1:x}", 1))
+        client(app, (f"{GLOBAL_64}::{i + 1:x}", 1))
         .get("/api/v1/incidents", headers=bearer(f"guess-{i:016d}"))
         .status_code
         for i in range(6)
     ]
     assert codes == [401, 401, 401, 429, 429, 429]
     warning = next(r.getMessage() for r in caplog.records if "wrong tokens" in r.getMessage())
-    assert "2001:db8:1:2::/64" in warning
+    assert f"{GLOBAL_64}::/64" in warning
     # another /64 is another client
-    other = client(app, ("2001:db8:1:3::1", 1))
+    other = client(app, ("2a00:1450:4001:81c::1", 1))
     assert other.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
     # a dual-stack socket's IPv4 client (::ffff:a.b.c.d) shares its IPv4 address's count
     for i in range(3):
@@ -302,10 +308,42 @@ def test_an_ipv6_client_counts_by_its_64_and_a_mapped_ipv4_as_ipv4(
 
 
 def test_client_address_keys() -> None:
-    assert client_address({"client": ("2001:db8:1:2::7", 1)}) == "2001:db8:1:2::/64"
-    assert client_address({"client": ("fe80::1%eth0", 1)}) == "fe80::/64"
+    assert client_address({"client": (f"{GLOBAL_64}::7", 1)}) == f"{GLOBAL_64}::/64"
+    # non-global addresses count whole: a pod subnet, loopback, link-local with its zone
+    assert client_address({"client": ("fd00::a:5", 1)}) == "fd00::a:5"
+    assert client_address({"client": ("2001:db8:1:2::7", 1)}) == "2001:db8:1:2::7"
+    assert client_address({"client": ("fe80::1%eth0", 1)}) == "fe80::1%eth0"
+    assert client_address({"client": ("fe80::1%eth1", 1)}) == "fe80::1%eth1"
+    assert client_address({"client": ("fe80::1", 1)}) == "fe80::1"
     assert client_address({"client": ("::ffff:10.0.0.1", 1)}) == "10.0.0.1"
-    assert client_address({"client": ("::1", 1)}) == "::/64"
+    # NAT64 (RFC 6052's 64:ff9b::/96, which Python calls global): one IPv4 client per address
+    assert client_address({"client": ("64:ff9b::c000:221", 1)}) == "192.0.2.33"
+    assert client_address({"client": ("64:ff9b::c000:222", 1)}) == "192.0.2.34"
+    assert client_address({"client": ("::1", 1)}) == "::1"
+    assert client_address({"client": ("fe80::1%" + "x" * 500, 1)}) == "fe80::1%" + "x" * 64
+
+
+@pytest.mark.parametrize(
+    ("guesser", "neighbour"),
+    [
+        # two pods of one Docker/Cilium IPv6 pod subnet (a ULA /64)
+        (("fd00::a:5", 1), ("fd00::b:9", 1)),
+        # two link-local clients on different links (uvicorn gives the zone: fe80::1%eth0)
+        (("fe80::1%eth0", 1), ("fe80::2%eth1", 1)),
+        # one link-local address on two links is two hosts
+        (("fe80::1%eth0", 1), ("fe80::1%eth1", 1)),
+    ],
+)
+def test_a_non_global_ipv6_guesser_does_not_lock_out_its_neighbours(
+    app: FastAPI, guesser: tuple[str, int], neighbour: tuple[str, int]
+) -> None:
+    for i in range(3):
+        r = client(app, guesser).get("/api/v1/incidents", headers=bearer(f"stale-{i:016d}"))
+        assert r.status_code == 401
+    assert client(app, guesser).get("/api/v1/incidents", headers=bearer(READ)).status_code == 429
+    # Alertmanager's pod beside it still gets in with the right token
+    r = client(app, neighbour).get("/api/v1/incidents", headers=bearer(READ))
+    assert r.status_code == 200
 
 
 # an SSO proxy adding its own opaque access token (a GitHub OAuth token's form, as oauth2-proxy
@@ -396,3 +434,156 @@ def test_the_docs_say_a_broad_trusted_proxies_value_lets_clients_pick_their_addr
     assert "escapes the limit" in security and "Name only the proxies' own" in security
     row = next(x for x in settings.splitlines() if x.startswith("| `FLEETMIND_TRUSTED_PROXIES`"))
     assert "escape the wrong-token limit" in row and "lock out another address" in row
+
+
+def test_throttle_check_runs_at_most_limit_checks_under_concurrency() -> None:
+    """:meth:`AuthThrottle.check` checks and counts in one locked step: 16 threads released at
+    once with wrong tokens get exactly ``limit`` checks; the others are refused unchecked."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = AuthThrottle()
+    calls: list[int] = []
+    start = threading.Barrier(16, timeout=30)
+
+    def wrong() -> frozenset[str] | None:
+        calls.append(1)
+        return None
+
+    def one(_: int) -> tuple[frozenset[str] | None, int | None, bool]:
+        start.wait()
+        return t.check("a", 3, 60.0, wrong)
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(16)))
+    assert len(calls) == 3
+    assert sum(r[1] is None for r in results) == 3
+    assert sum(r[2] for r in results) == 1  # one refusal start, one warning
+    assert all(1 <= r[1] <= 60 for r in results if r[1] is not None)
+    # a right token is checked while not refused, and never counted
+    assert t.check("b", 3, 60.0, lambda: frozenset({"read"}), now=0.0) == (
+        frozenset({"read"}),
+        None,
+        False,
+    )
+    assert t.retry_after("b", now=0.0) is None and t._clients.get("b") is None
+    # limit 0: checked, never counted, never refused
+    assert t.check("a", 0, 60.0, wrong) == (None, None, False)
+
+
+def test_concurrent_wrong_bearers_on_a_page_check_at_most_limit_tokens(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middleware lets a ``/ui`` page's bearer through unchecked and the page checks it later,
+    in a worker thread: 30 concurrent pages held between the two (every one past the middleware
+    before any checks its token) still check only ``limit`` (3) tokens; the rest get the 429 page."""
+    import threading
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 30
+    held = threading.Barrier(n, timeout=60)
+    real_read, real_check = auth.read_session, auth.scopes_of_token
+    checked: list[str] = []
+
+    def read_after_all(*args: Any, **kw: Any) -> Any:
+        held.wait()  # runs in _session after the middleware, before the bearer's check
+        return real_read(*args, **kw)
+
+    def counting_check(settings: Settings, given: str) -> frozenset[str] | None:
+        checked.append(given)
+        return real_check(settings, given)
+
+    monkeypatch.setattr(auth, "read_session", read_after_all)
+    monkeypatch.setattr(auth, "scopes_of_token", counting_check)
+
+    def one(i: int) -> int:
+        r = client(app, ATTACKER).get(
+            "/ui/", headers=bearer(f"guess-{i:016d}"), follow_redirects=False
+        )
+        return r.status_code
+
+    with ThreadPoolExecutor(n) as pool:
+        codes = Counter(pool.map(one, range(n)))
+    assert len(checked) == 3
+    assert codes == {303: 3, 429: n - 3}
+    monkeypatch.setattr(auth, "read_session", real_read)
+    assert client(app, ATTACKER).get("/api/v1/incidents", headers=bearer(READ)).status_code == 429
+
+
+def test_the_login_form_of_a_signed_in_browser_does_not_count_a_proxys_bearer(
+    app: FastAPI,
+) -> None:
+    """A signed-in user opening "sign in with another token" (``/ui/login?switch=1``) behind an
+    SSO proxy that adds its own opaque token: the form does not count that token, so the right
+    admin token typed in next is taken."""
+    user = client(app, OPERATOR)
+    assert login(user, READ).status_code == 303
+    for _ in range(5):  # past the limit of 3
+        r = user.get(
+            "/ui/login", params={"switch": "1", "next": "/ui/"}, headers=bearer(PROXY_TOKEN)
+        )
+        assert r.status_code == 200
+    r = user.post(
+        "/ui/login",
+        headers=bearer(PROXY_TOKEN),
+        data={"token": ADMIN, "csrf": user.cookies.get(auth.CSRF_COOKIE), "next": "/ui/"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    assert user.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+    # nor is the bearer checked uncounted (no oracle for a signed-in reader's guesses)
+    r = user.get("/ui/login", params={"switch": "1", "next": "/ui/"}, headers=bearer(ADMIN))
+    assert r.status_code == 200 and "proxy-signed-in" not in r.text
+    # without a session cookie the proxy's valid token still signs the form in
+    fresh = client(app, OPERATOR)
+    r = fresh.get("/ui/login", params={"switch": "1", "next": "/ui/"}, headers=bearer(ADMIN))
+    assert r.status_code == 200 and "proxy-signed-in" in r.text
+
+
+def test_concurrent_wrong_bearers_on_the_api_check_at_most_limit_tokens(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's check and count are one locked step too: 30 requests held together after the
+    middleware found their address (each on its own event loop thread here, as the pages' worker
+    threads run beside the server's loop) check 3 tokens, the rest get 429 unchecked, even when
+    a check gives other threads the interpreter before it is counted."""
+    import itertools
+    import threading
+    import time
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fleetmind.serving import deps
+
+    n = 30
+    held = threading.Barrier(n, timeout=60)
+    first = itertools.count()
+    real_address, real_granted = deps.client_address, deps.granted_scopes
+    checked: list[Any] = []
+
+    def address_after_all(scope: Any) -> str | None:
+        if next(first) < n:
+            held.wait()
+        return real_address(scope)
+
+    def counting_granted(tokens: Any, header: Any) -> frozenset[str] | None:
+        if header and b"guess-" in header:
+            checked.append(header)
+            time.sleep(0.05)  # gives up the GIL: another thread's request may run meanwhile
+        return real_granted(tokens, header)
+
+    monkeypatch.setattr(deps, "client_address", address_after_all)
+    monkeypatch.setattr(deps, "granted_scopes", counting_granted)
+
+    def one(i: int) -> int:
+        return (
+            client(app, ATTACKER)
+            .get("/api/v1/incidents", headers=bearer(f"guess-{i:016d}"))
+            .status_code
+        )
+
+    with ThreadPoolExecutor(n) as pool:
+        codes = Counter(pool.map(one, range(n)))
+    assert len(checked) == 3
+    assert codes == {401: 3, 429: n - 3}

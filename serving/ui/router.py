@@ -14,7 +14,7 @@ import math
 import re
 import secrets
 import time
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
@@ -33,10 +33,9 @@ from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import (
     THROTTLED_KEY,
     ServicesDep,
+    check_guess,
     client_address,
     looks_like_jwt,
-    note_wrong_token,
-    throttled,
 )
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
 from fleetmind.serving.health import telemetry_cluster_alias
@@ -277,7 +276,7 @@ def _login_redirect(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
 
-def _bearer_session(request: Request, settings: Any) -> auth.Session | None:
+def _bearer_session(request: Request, settings: Any) -> auth.Session | int | None:
     """The signed-in view of a request that carries a valid FleetMind token in
     ``Authorization: Bearer`` (an SSO proxy such as oauth2-proxy, ingress-nginx ``auth-url``,
     Pomerium or Cloudflare Access injecting it): that token's scopes, no cookie, no stored
@@ -288,17 +287,23 @@ def _bearer_session(request: Request, settings: Any) -> auth.Session | None:
     (``csrf`` is ``None``), and its forms use the double-submit ``fm_csrf`` cookie (a ``SameSite=Lax``
     cookie a cross-site POST does not carry) and the ``Origin`` check (:func:`auth.csrf_ok`).
 
-    An unknown token that is no JWT counts as a wrong token of the client's address
-    (:func:`fleetmind.serving.deps.note_wrong_token`): it is checked here, so it is a guess."""
+    A token that is no JWT is a guess: it is checked and, when unknown, counted as a wrong token
+    of the client's address in one locked step (:func:`fleetmind.serving.deps.check_guess`), so
+    concurrent pages check at most ``FLEETMIND_AUTH_FAILURE_LIMIT`` of them per window; once the
+    address is refused, the whole seconds it must wait (an ``int``) instead, nothing checked."""
     header = request.headers.get("authorization")
     if not header:
         return None
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         return None
-    scopes = auth.scopes_of_token(settings, given.strip())
-    if scopes is None and not looks_like_jwt(header):
-        note_wrong_token(request.app, settings, client_address(request.scope))
+    if looks_like_jwt(header):  # an SSO proxy's own token: never counted
+        scopes = auth.scopes_of_token(settings, given.strip())
+    else:
+        check = partial(auth.scopes_of_token, settings, given.strip())
+        scopes, retry = check_guess(request.app, settings, client_address(request.scope), check)
+        if retry is not None:
+            return retry
     return auth.Session(scopes) if scopes else None
 
 
@@ -321,12 +326,15 @@ def _session(request: Request, services: Any, scope: str = "read") -> auth.Sessi
     (:func:`_bearer_session`); without either, a redirect to the login form; a login without
     ``scope``, the 403 page. A valid cookie signs the page in whatever ``Authorization`` says (an
     SSO proxy's own token is then never checked, nor counted as a wrong one); without one, a
-    client address refused for wrong tokens gets the 429 page (:func:`_throttled_page`)."""
+    client address refused for wrong tokens gets the 429 page (:func:`_throttled_page`), also one
+    refused while this request's bearer waited for its check (concurrent guesses)."""
     session = auth.read_session(request, services.settings, services.db)
     if session is None and request.scope.get(THROTTLED_KEY) is not None:
         return _throttled_page(request, request.scope[THROTTLED_KEY])
     if session is None:
         session = _bearer_session(request, services.settings)
+    if isinstance(session, int):  # refused while its bearer waited for its check
+        return _throttled_page(request, session)
     if session is None:
         return _login_redirect(request)
     if not session.can(scope):
@@ -415,11 +423,16 @@ def login_page(
     ``switch=1`` is asked for (sign in with another token, e.g. an admin one for the feedback
     form; another ``switch`` value counts as none) and the token grants what ``next`` needs (``read``: every page and the API
     docs, which an ``admin`` token also opens); otherwise the form, saying which scopes the proxy
-    signs in with and linking on to ``next`` when they open it."""
+    signs in with and linking on to ``next`` when they open it. A browser that a session cookie
+    already signs in gets the form with its bearer left unchecked, as the pages leave it (an SSO
+    proxy's own token is no wrong token; checking it uncounted would let a signed-in reader
+    guess other tokens without limit); a refused address gets the form without the proxy note."""
     target = _safe_next(next)
     bearer = None
-    if auth.auth_enabled(services.settings):
-        bearer = _bearer_session(request, services.settings)
+    settings = services.settings
+    if auth.auth_enabled(settings) and auth.read_session(request, settings, services.db) is None:
+        found = _bearer_session(request, settings)
+        bearer = None if isinstance(found, int) else found
     if bearer is not None and next and switch != "1" and bearer.can("read"):
         return RedirectResponse(target, status_code=303)
     return render(
@@ -456,8 +469,8 @@ async def login(request: Request, services: ServicesDep) -> Response:
         return RedirectResponse(target, status_code=303)
     # an address past FLEETMIND_AUTH_FAILURE_LIMIT wrong tokens: refused before the token is
     # checked (a right guess is not confirmed); the bearer header's wrong tokens count too
-    client = client_address(request.scope)
-    retry = throttled(request.app, settings, client)
+    check = partial(auth.scopes_of_token, settings, form.get("token", "").strip())
+    scopes, retry = check_guess(request.app, settings, client_address(request.scope), check)
     if retry is not None:
         resp = render(
             request,
@@ -469,9 +482,6 @@ async def login(request: Request, services: ServicesDep) -> Response:
         )
         resp.headers["Retry-After"] = str(retry)
         return resp
-    scopes = auth.scopes_of_token(settings, form.get("token", "").strip())
-    if scopes is None:
-        note_wrong_token(request.app, settings, client)
     if not scopes or not ({"read", "admin"} & scopes):
         return render(
             request,
