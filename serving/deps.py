@@ -386,13 +386,28 @@ def auth_throttle(app: Any) -> AuthThrottle:
         return _THROTTLE
     throttle = getattr(state, "auth_throttle", None)
     if throttle is None:
-        throttle = state.auth_throttle = AuthThrottle()
+        with _THROTTLE_MADE:  # concurrent first requests must share one throttle, not lose counts
+            throttle = getattr(state, "auth_throttle", None)
+            if throttle is None:
+                throttle = state.auth_throttle = AuthThrottle()
     return throttle  # type: ignore[no-any-return]
+
+
+_THROTTLE_MADE = threading.Lock()
+"""Held while :func:`auth_throttle` makes an app's throttle."""
 
 
 NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
 """The well-known NAT64 prefix (RFC 6052): its addresses carry an IPv4 client in their last 32
 bits, one client each, though Python calls them global (a /64 key would join every IPv4 client)."""
+WHOLE_IPV6 = tuple(
+    ipaddress.ip_network(n)
+    for n in ("::/127", "fc00::/7", "fe80::/10", "64:ff9b:1::/48", "2001:db8::/32", "ff00::/8")
+)
+"""IPv6 networks whose addresses :func:`client_address` counts whole, not by /64: unspecified and
+loopback, unique local (pod subnets), link-local, RFC 8215's local-use NAT64 (one IPv4 client per
+address), documentation, multicast. A fixed list, not ``is_global``, whose answer for some of these
+changed between Python patch releases."""
 IFNAME_CHARS = 64
 """Most characters of an IPv6 zone id (``%eth0``, an interface name or index) kept in a
 :func:`client_address` key (Linux names have at most 15)."""
@@ -403,12 +418,11 @@ def client_address(scope: Any) -> str | None:
     log shows it (the peer, or the ``X-Forwarded-For`` address a proxy of
     ``FLEETMIND_TRUSTED_PROXIES`` gave: uvicorn rewrites ``scope["client"]``), an IPv4-mapped IPv6
     address (``::ffff:10.0.0.1``, a dual-stack socket's IPv4 client) and a NAT64 one
-    (``64:ff9b::a00:1``, :data:`NAT64_PREFIX`) as plain IPv4, and a global
-    IPv6 address (``is_global``) as its /64 network (``2a00:1450:4001:81b::/64``): a host on the
-    internet usually controls a whole /64 of addresses (SLAAC and privacy addresses, RFC 7421),
-    so counting single addresses would let it send 2**64 times the limit. A non-global IPv6
-    address counts whole, a link-local one with its zone (``fe80::1%eth0``): many hosts share one
-    /64 there (a Docker or Cilium pod subnet, ``fd00::/64``; every link's ``fe80::/64``), and one
+    (``64:ff9b::a00:1``, :data:`NAT64_PREFIX`) as plain IPv4, and any other IPv6 address outside
+    :data:`WHOLE_IPV6` as its /64 network (``2a00:1450:4001:81b::/64``): a host on the internet
+    usually controls a whole /64 of addresses (SLAAC and privacy addresses, RFC 7421), so counting
+    single addresses would let it send 2**64 times the limit. An address of :data:`WHOLE_IPV6`
+    counts whole, a link-local one with its zone (``fe80::1%eth0``): many hosts share one /64 there (a Docker or Cilium pod subnet, ``fd00::/64``; every link's ``fe80::/64``), and one
     guesser must not lock its neighbours out.
     ``None`` when there is none or it is no IP address (a Unix socket without a proxy's header):
     :class:`AuthThrottle` counts nothing then, since one counter shared by every client would let
@@ -426,7 +440,7 @@ def client_address(scope: Any) -> str | None:
             return str(address.ipv4_mapped)
         if address in NAT64_PREFIX:  # an IPv4 client through NAT64: its own IPv4 address
             return str(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        if address.is_global:
+        if not any(address in net for net in WHOLE_IPV6):
             return str(ipaddress.ip_network(f"{address}/64", strict=False))
         return f"{address}%{zone[:IFNAME_CHARS]}" if zone else str(address)
     return str(address)
@@ -621,6 +635,14 @@ class AuthMiddleware:
         # the bearer decides nothing then, an SSO proxy's own opaque token)
         guess = scope.get("path") not in PUBLIC_PATHS and header and _is_opaque_bearer(header)
         got = None if guess else granted_scopes(tokens, header)
+        if guess and scope.get("path") in DOC_PATHS:
+            try:  # a browser signed in to read the docs: its SSO proxy's own token decides nothing
+                cookie = await _session_scopes(app, scope)
+            except SQLAlchemyError as exc:  # outside the app's handlers: answered here
+                await _answer_db_error(app, scope, send, exc)
+                return
+            if cookie is not None and "read" in docs_scopes(cookie):
+                guess, got = False, cookie
         if guess and needed == "public":
             retry = throttled(app, settings, client_address(scope))
             if retry is not None:  # a /ui page: its bearer never seen (no oracle), its own 429

@@ -628,8 +628,9 @@ class Metrics:
         )
         self.holds_count: Callable[[], int] | None = None
         """Live scheduler holds now (``fleetmind_scheduler_holds``), read from the shared database
-        at each scrape by the worker answering it, so every worker tells the same; set by
-        :func:`fleetmind.serving.app.build_services` (no sample without it)."""
+        at each scrape by the worker answering it and judged against the last telemetry snapshot
+        that worker read; set by :func:`fleetmind.serving.app.build_services` (no sample without
+        it)."""
         self.process_registry.register(_HoldsCollector(self))
 
     def count_unmapped(self, graph: Any, labels: Mapping[str, Any]) -> str:

@@ -319,6 +319,8 @@ def test_client_address_keys() -> None:
     # NAT64 (RFC 6052's 64:ff9b::/96, which Python calls global): one IPv4 client per address
     assert client_address({"client": ("64:ff9b::c000:221", 1)}) == "192.0.2.33"
     assert client_address({"client": ("64:ff9b::c000:222", 1)}) == "192.0.2.34"
+    # RFC 8215's local-use NAT64 prefix: whole (Python 3.11.7 calls it global, Debian's 3.11.2 not)
+    assert client_address({"client": ("64:ff9b:1::c000:221", 1)}) == "64:ff9b:1::c000:221"
     assert client_address({"client": ("::1", 1)}) == "::1"
     assert client_address({"client": ("fe80::1%" + "x" * 500, 1)}) == "fe80::1%" + "x" * 64
 
@@ -357,6 +359,47 @@ def test_a_signed_in_page_does_not_count_a_proxys_own_bearer(app: FastAPI) -> No
     for _ in range(10):  # well past the limit of 3
         assert user.get("/ui/", headers=bearer(PROXY_TOKEN)).status_code == 200
     assert user.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+
+
+def test_signed_in_api_docs_do_not_count_a_proxys_own_bearer(app: FastAPI) -> None:
+    """The UI links to /docs; a browser signed in to read them sends its SSO proxy's own token
+    beside the cookie, which must neither count nor lock the address out of the API."""
+    user = client(app, OPERATOR)
+    assert login(user, READ).status_code == 303
+    for _ in range(6):  # past the limit of 3
+        assert user.get("/docs", headers=bearer(PROXY_TOKEN)).status_code == 200
+    assert user.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+
+
+def test_concurrent_first_requests_share_one_throttle() -> None:
+    """The throttle is made on an app's first guess; concurrent first guesses must not each make
+    their own (their counts would be lost and more tokens checked than the limit)."""
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    from fleetmind.serving.deps import auth_throttle
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            target = SimpleNamespace(state=SimpleNamespace())
+            gate = threading.Barrier(8)
+            made: list[int] = []
+
+            def first(target: Any = target, gate: Any = gate, made: list[int] = made) -> None:
+                gate.wait()
+                made.append(id(auth_throttle(target)))
+
+            threads = [threading.Thread(target=first) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(set(made)) == 1
+    finally:
+        sys.setswitchinterval(old)
 
 
 def test_a_throttled_address_gets_the_html_page_and_a_session_still_opens(app: FastAPI) -> None:
