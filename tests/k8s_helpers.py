@@ -450,6 +450,19 @@ class LiveFleet:
         self.names, self.models, self.num_gpu = names, models, num_gpu
         self.cpu_milli, self.memory_mib = cpu_milli, memory_mib
         self._pods: list[str] = []
+        self._used: dict[str, list[int]] = {n: [0, 0] for n in names}  # CPU (milli), memory (MiB)
+
+    def fits(self, node: str, cpu_milli: int, memory_mib: int) -> bool:
+        """Whether kube-scheduler's NodeResourcesFit passes ``node`` for a pod of these requests:
+        within its allocatable less its pods' requests (``fitsRequest`` in kubernetes
+        ``pkg/scheduler/framework/plugins/noderesources/fit.go``), so the pod reaches the
+        extender with it at all."""
+        i = self.names.index(node)
+        used_cpu, used_mem = self._used[node]
+        return (
+            used_cpu + cpu_milli <= self.cpu_milli[i]
+            and used_mem + memory_mib <= self.memory_mib[i]
+        )
 
     def dcgm_text(self) -> str:
         fams: dict[str, list[str]] = {"DCGM_FI_DEV_GPU_UTIL": [], "DCGM_FI_DEV_FB_USED": [],
@@ -492,6 +505,8 @@ class LiveFleet:
              memory_mib: int) -> None:  # fmt: skip
         """Record pod ``ns/pod`` as running on ``node`` with ``milli`` of each GPU in ``gpus``."""
         p = f'namespace="{ns}",pod="{pod}",uid="u-{pod}"'
+        self._used[node][0] += cpu_milli
+        self._used[node][1] += memory_mib
         self._pods.append(f'kube_pod_info{{{p},node="{node}",host_network="false"}} 1')
         self._pods.append(
             f'kube_pod_container_resource_requests{{{p},container="main",node="{node}",resource="cpu",unit="core"}} {cpu_milli / 1000}'
@@ -523,7 +538,10 @@ def run_live(client: Any, fleet: LiveFleet, exporter: ExporterServer, trace: Pod
     total = 0
     for i in range(n):
         name = f"p{i:05d}"
-        args = {"Pod": pod_json(trace, i, name=name), "NodeNames": fleet.names}
+        # what kube-scheduler sends: the nodes its own NodeResourcesFit passed
+        cpu, mem = int(trace.cpu_milli[i]), int(trace.memory_mib[i])
+        sent = [n for n in fleet.names if fleet.fits(n, cpu, mem)]
+        args = {"Pod": pod_json(trace, i, name=name), "NodeNames": sent}
         r = client.post("/api/v1/scheduler/filter", json=args)
         assert r.status_code == 200, r.text
         passed = r.json()["NodeNames"]

@@ -111,7 +111,8 @@ def test_free_gpus_are_counted_right_in_both_scrape_styles(scraped: Any) -> None
 @pytest.mark.external
 def test_a_six_gpu_pod_passes_the_extender_filter(scraped: Any, tmp_path: Any) -> None:
     """The reproduction: a 6-GPU pod on a node with 2 of 8 GPUs in use was refused with
-    "0 GPU(s) ... free"; a 7-GPU pod is still refused, with the real count."""
+    "0 GPU(s) ... free"; a 7-GPU pod is still refused, for the GPUs DCGM shows in use (the
+    reason is one fixed phrase per cause, so that kube-scheduler can count it across nodes)."""
     from fastapi.testclient import TestClient
 
     from fleetmind.serving.app import create_app
@@ -138,7 +139,8 @@ def test_a_six_gpu_pod_passes_the_extender_filter(scraped: Any, tmp_path: Any) -
         # the 7-GPU pod first: filter holds the lone node a pod passes (kube-scheduler skips
         # prioritize then), so after the 6-GPU pod gpu-a would show its GPUs held
         out = client.post("/api/v1/scheduler/filter", json=args(7)).json()
-        assert out["NodeNames"] == [] and "6 GPU(s)" in out["FailedNodes"]["gpu-a"], out
+        assert out["NodeNames"] == [], out
+        assert out["FailedNodes"]["gpu-a"] == "FleetMind: not enough free GPUs (in use per DCGM)"
         out = client.post("/api/v1/scheduler/filter", json=args(6)).json()
         assert out["NodeNames"] == ["gpu-a"], out
 
