@@ -52,6 +52,7 @@ Bandwidths (GB/s, one direction, peak; ``docs/fleet.md`` has the derivation and 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -532,6 +533,11 @@ def dgx_a100() -> NodeTemplate:
     )
 
 
+def _all_pairs(n_gpus: int, links: int) -> dict[tuple[int, int], int]:
+    """``links`` bonded NVLinks between every GPU pair (an NVSwitch board: ``NV<links>`` all pairs)."""
+    return {(i, j): links for i in range(n_gpus) for j in range(i + 1, n_gpus)}
+
+
 def dgx_h100() -> NodeTemplate:
     """DGX H100: 8 H100 SXM5 on 4 NVSwitches (18 NVLink 4 links per GPU: ``NV18`` to every peer).
 
@@ -544,16 +550,11 @@ def dgx_h100() -> NodeTemplate:
         8,
         default_level=LinkLevel.NODE,
         numa=[0, 0, 0, 0, 1, 1, 1, 1],
-        nvlink_pairs={(i, j): 18 for i in range(8) for j in range(i + 1, 8)},
+        nvlink_pairs=_all_pairs(8, 18),
         socket_gbps=4 * 32.0,
         cpus_per_numa=56,
         description="DGX H100, NVSwitch all-to-all NV18 (NVIDIA DGX H100 User Guide)",
     )
-
-
-def _all_pairs(n_gpus: int, links: int) -> dict[tuple[int, int], int]:
-    """``links`` bonded NVLinks between every GPU pair (an NVSwitch board: ``NV<links>`` all pairs)."""
-    return {(i, j): links for i in range(n_gpus) for j in range(i + 1, n_gpus)}
 
 
 def hgx_h200() -> NodeTemplate:
@@ -564,15 +565,8 @@ def hgx_h200() -> NodeTemplate:
     SYS across (DGX H200: 2x Xeon Platinum 8480C, 56 cores, 4 UPI links at 16 GT/s). OEM HGX H200
     servers may carry other CPUs; the NVLink part, which is what placement scores, is the same.
     """
-    return template_from_pairs(
-        "hgx-h200",
-        "H200",
-        8,
-        default_level=LinkLevel.NODE,
-        numa=[0, 0, 0, 0, 1, 1, 1, 1],
-        nvlink_pairs=_all_pairs(8, 18),
-        socket_gbps=4 * 32.0,
-        cpus_per_numa=56,
+    return dataclasses.replace(
+        dgx_h100().with_model("H200", name="hgx-h200"),
         description="HGX H200, NVSwitch all-to-all NV18 (NVIDIA H200 datasheet, DGX H200)",
     )
 
@@ -584,17 +578,12 @@ def hgx_b200() -> NodeTemplate:
     1.8 TB/s per GPU), 2x Intel Xeon 8570 (PCIe gen5, 56 cores each). GPUs 0-3 on socket 0, 4-7 on
     socket 1, as ``nvidia-smi topo -m`` of an HGX B200 shows (NV18 all pairs). The PCIe level under
     the NVLinks (NODE within a socket, SYS across) and the inter-socket link (4 UPI links at
-    20 GT/s, 40 GB/s each) are FleetMind assumptions after :func:`dgx_h100`'s.
+    20 GT/s, 40 GB/s each) are FleetMind assumptions after :func:`dgx_h100`'s: its board with
+    B200s (NVLink 5 speed from the spec table) and a faster inter-socket link.
     """
-    return template_from_pairs(
-        "hgx-b200",
-        "B200",
-        8,
-        default_level=LinkLevel.NODE,
-        numa=[0, 0, 0, 0, 1, 1, 1, 1],
-        nvlink_pairs=_all_pairs(8, 18),
+    return dataclasses.replace(
+        dgx_h100().with_model("B200", name="hgx-b200"),
         socket_gbps=4 * 40.0,
-        cpus_per_numa=56,
         description="HGX B200, NVSwitch all-to-all NV18 of NVLink 5 (NVIDIA DGX B200 User Guide)",
     )
 
