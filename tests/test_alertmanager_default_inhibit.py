@@ -19,20 +19,19 @@ is the first of 4 consecutive ports to use (else free ones).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from alertmanager_helpers import Receiver, running_alertmanager
 from serving_helpers import free_port, wait_for
 
 from fleetmind.data.paths import REPO_ROOT
@@ -103,82 +102,35 @@ def _config(tmp_path: Path, rules: list[dict[str, Any]] | None, hook: str) -> Pa
     return path
 
 
-class Hook:
-    """A local webhook receiver: ``(path, status, labels)`` of every alert posted to it."""
-
-    def __init__(self, port: int) -> None:
-        self.got: list[tuple[str, str, dict[str, str]]] = []
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                with lock:
-                    outer.got += [(self.path, a["status"], a["labels"]) for a in body["alerts"]]
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+class Hook(Receiver):
+    """The local webhook receivers (``/fleetmind``, ``/oncall``, ``/chat`` on one server)."""
 
     def seen(self, path: str, status: str, **labels: str) -> bool:
+        """Whether an alert with ``status`` and (at least) ``labels`` was posted to ``path``."""
         return any(
-            p == path and s == status and all(lab.get(k) == v for k, v in labels.items())
-            for p, s, lab in list(self.got)
+            a["status"] == status and all(a["labels"].get(k) == v for k, v in labels.items())
+            for body in self.at(path)
+            for a in body["alerts"]
         )
 
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[Any]:
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if binary is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
     ports = _ports()
-    hook = Hook(next(ports))
-    procs: list[subprocess.Popen[bytes]] = []
+    with contextlib.ExitStack() as stack:
+        hook = stack.enter_context(Hook(next(ports)))
+        started = 0
 
-    def start(rules: list[dict[str, Any]] | None) -> tuple[str, Hook]:
-        """Alertmanager on deploy/alertmanager.yml with ``rules``; its URL and the webhooks."""
-        path = _config(tmp_path, rules, hook.url)
-        port = next(ports)
-        procs.append(
-            subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={path}",
-                    f"--storage.path={tmp_path / f'data{len(procs)}'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        url = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _ready(url), timeout=30), "Alertmanager did not start"
-        return url, hook
+        def start(rules: list[dict[str, Any]] | None) -> tuple[str, Hook]:
+            """Alertmanager on deploy/alertmanager.yml with ``rules``; its URL and the webhooks."""
+            nonlocal started
+            path = _config(tmp_path, rules, hook.url)
+            storage = tmp_path / f"data{started}"
+            started += 1
+            am = running_alertmanager(path, storage, port=next(ports))
+            return stack.enter_context(am), hook
 
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=10)
-    hook.server.shutdown()
-    hook.server.server_close()
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url + "/-/ready", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+        yield start
 
 
 def _post(url: str, labels: list[dict[str, str]], resolved: bool = False) -> None:

@@ -20,21 +20,19 @@ Needs the Debian package ``prometheus-alertmanager`` (skipped without it).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import threading
 import time
 import types
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from serving_helpers import free_port, wait_for
+from alertmanager_helpers import Receiver, running_alertmanager
+from serving_helpers import wait_for
 
 from fleetmind.data.paths import REPO_ROOT
 from fleetmind.serving import notify
@@ -43,43 +41,24 @@ SHIPPED = REPO_ROOT / "deploy" / "alertmanager.yml"
 PUBLIC_URL = "https://fleetmind.example.org"
 
 
-class Recorder:
-    """A local HTTP server: ``(path, JSON body)`` of every post, answered 202 as PagerDuty's
-    Events API v2 and Opsgenie's Alert API answer an accepted event."""
+def _accepted(path: str) -> bytes:
+    """The body PagerDuty's Events API v2 and Opsgenie's Alert API answer an accepted event
+    with (HTTP 202)."""
+    if path == "/pd":
+        return b'{"status":"success","message":"Event processed"}'
+    return b'{"result":"Request will be processed","took":0.1,"requestId":"r"}'
+
+
+class Recorder(Receiver):
+    """PagerDuty (``/pd``), Opsgenie (``/og/...``) and webhooks on one local server: every post
+    recorded, each answered 202 as the two APIs answer an accepted event."""
 
     def __init__(self) -> None:
-        self.got: list[tuple[str, dict[str, Any]]] = []
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                raw = self.rfile.read(int(self.headers.get("content-length", 0) or 0))
-                with lock:
-                    outer.got.append((self.path, json.loads(raw or b"{}")))
-                body = (
-                    b'{"status":"success","message":"Event processed"}'
-                    if self.path == "/pd"
-                    else b'{"result":"Request will be processed","took":0.1,"requestId":"r"}'
-                )
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(status=202, reply=_accepted)
 
     def pagerduty(self) -> list[dict[str, Any]]:
         """The PagerDuty events, in the order they came."""
-        return [b for p, b in list(self.got) if p == "/pd"]
-
-    def at(self, prefix: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(p, b) for p, b in list(self.got) if p.startswith(prefix)]
+        return self.at("/pd")
 
 
 def example_receiver() -> dict[str, Any]:
@@ -120,41 +99,10 @@ def _config(tmp_path: Path, hook: str) -> Path:
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
     """A real Alertmanager on the shipped file (see :func:`_config`); its URL and the recorder."""
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if binary is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
-    rec = Recorder()
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={_config(tmp_path, rec.url)}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "am.log", "wb"),  # noqa: SIM115
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _ready(url), timeout=30), (tmp_path / "am.log").read_text()
-        yield url, rec
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        rec.server.shutdown()
-        rec.server.server_close()
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url + "/-/ready", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    with Recorder() as rec:
+        config = _config(tmp_path, rec.url)
+        with running_alertmanager(config, tmp_path / "data", log=tmp_path / "am.log") as url:
+            yield url, rec
 
 
 def root_cause(incident: int, node: str, fault: str, severity: str) -> dict[str, Any]:
@@ -247,11 +195,11 @@ def test_a_changed_cause_opens_its_own_incident_and_closes_the_old(
         for e in rec.pagerduty()
     )
     # Opsgenie: two alerts (two aliases) with the causes in words; the old one closed
-    created = [b for p, b in rec.at("/og/v2/alerts") if p == "/og/v2/alerts"]
+    created = rec.at("/og/v2/alerts")
     assert {b["message"] for b in created} == {said_old, said_new}
     assert len({b["alias"] for b in created}) == 2
     (old_alias,) = [b["alias"] for b in created if b["message"] == said_old]
-    assert wait_for(lambda: rec.at(f"/og/v2/alerts/{old_alias}/close"), timeout=20)
+    assert wait_for(lambda: rec.under(f"/og/v2/alerts/{old_alias}/close"), timeout=20)
 
 
 @pytest.mark.external
@@ -267,14 +215,14 @@ def test_a_warning_pages_no_one_and_its_escalation_pages(
     _post(url, warn)
     chat = wait_for(lambda: rec.at("/chat"), timeout=20)
     assert chat, rec.got
-    assert [a["labels"]["severity"] for _, b in chat for a in b["alerts"]] == ["warning"]
+    assert [a["labels"]["severity"] for b in chat for a in b["alerts"]] == ["warning"]
     time.sleep(2)  # two group_intervals of the root-cause route: nothing more is on its way
-    assert rec.pagerduty() == [] and rec.at("/og") == []
+    assert rec.pagerduty() == [] and rec.under("/og") == []
     _post(url, _resolved(warn, notify.RESEVERED), crit)
     paged = wait_for(lambda: _event(rec, "trigger", crit["annotations"]["summary"]), timeout=20)
     assert paged and paged["payload"]["severity"] == "critical", rec.pagerduty()
     assert all(e["dedup_key"] == paged["dedup_key"] for e in rec.pagerduty())
-    assert wait_for(lambda: any(b["status"] == "resolved" for _, b in rec.at("/chat")), 20)
+    assert wait_for(lambda: any(b["status"] == "resolved" for b in rec.at("/chat")), 20)
 
 
 # kube-prometheus-stack's KubePodCrashLooping as Prometheus sends it: the rule's labels and
@@ -319,7 +267,7 @@ def test_an_ordinary_alert_keeps_alertmanagers_defaults(
     assert event["event_action"] == "trigger"
     assert event["payload"]["summary"] == title
     assert event["payload"]["severity"] == "error"
-    created = wait_for(lambda: [b for p, b in rec.at("/og/v2/alerts") if p == "/og/v2/alerts"], 20)
+    created = wait_for(lambda: rec.at("/og/v2/alerts"), 20)
     assert [b["message"] for b in created] == [title]
 
 

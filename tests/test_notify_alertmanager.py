@@ -10,59 +10,30 @@ alert: it leaves Alertmanager's active alerts and on-call gets the resolved noti
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+from alertmanager_helpers import (
+    Receiver,
+    alertmanager_binary,
+    running_alertmanager,
+    shipped_config,
+)
 from serving_helpers import Server, free_port, wait_for
-from test_serving_e2e import _am_config, _ok
 from ui_helpers import STORM_LABELS, TRUE_ROOT
 
 TOKEN = "notify-e2e-token"
 
 
-class Capture:
-    """A local HTTP server that records every JSON body posted to it, by path."""
-
-    def __init__(self) -> None:
-        self.bodies: list[tuple[str, dict]] = []
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                with lock:
-                    outer.bodies.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def at(self, path: str) -> list[dict]:
-        return [b for p, b in list(self.bodies) if p == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
 @pytest.fixture
-def capture() -> Iterator[Capture]:
-    c = Capture()
-    yield c
-    c.close()
+def capture() -> Iterator[Receiver]:
+    with Receiver() as c:
+        yield c
 
 
 def _am_alerts(am_url: str) -> list[dict]:
@@ -71,12 +42,8 @@ def _am_alerts(am_url: str) -> list[dict]:
 
 
 @pytest.mark.external
-def test_root_cause_reaches_alertmanager_and_resolves(tmp_path: Path, capture: Capture) -> None:
-    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
+def test_root_cause_reaches_alertmanager_and_resolves(tmp_path: Path, capture: Receiver) -> None:
+    alertmanager_binary()  # skips before FleetMind starts when it is absent
     am_port = free_port()
     am_url = f"http://127.0.0.1:{am_port}"
     env = {
@@ -95,21 +62,10 @@ def test_root_cause_reaches_alertmanager_and_resolves(tmp_path: Path, capture: C
     with contextlib.ExitStack() as stack:
         fm = Server(env, log=tmp_path / "server.log").start(timeout=120)  # slow on a busy host
         stack.callback(fm.stop)
-        cfg = _am_config(tmp_path, fm.url, TOKEN, oncall_url=capture.url + "/oncall")
-        am = subprocess.Popen(
-            [
-                am_bin,
-                f"--config.file={cfg}",
-                f"--storage.path={tmp_path / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{am_port}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "am.log", "wb"),  # noqa: SIM115
+        cfg = shipped_config(tmp_path, fm.url, TOKEN, oncall_url=capture.url + "/oncall")
+        stack.enter_context(
+            running_alertmanager(cfg, tmp_path / "am-data", port=am_port, log=tmp_path / "am.log")
         )
-        stack.callback(lambda: (am.terminate(), am.wait(10)))
-        assert wait_for(lambda: _ok(am_url + "/-/ready"), timeout=20), "Alertmanager not ready"
 
         t0 = datetime.now(UTC) - timedelta(minutes=2)
         starts = [(t0 + timedelta(seconds=10 * i)).isoformat() for i in range(len(STORM_LABELS))]

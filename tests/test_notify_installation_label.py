@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from alertmanager_helpers import running_alertmanager
 from fastapi.testclient import TestClient
-from serving_helpers import NOTIFY_AM, free_port, notify_settings, wait_for, webhook
+from serving_helpers import NOTIFY_AM, notify_settings, wait_for, webhook
 from ui_helpers import STORM_LABELS, storm_alerts
 
 from fleetmind.serving.app import create_app
@@ -191,42 +190,12 @@ def test_a_shared_alertmanager_keeps_each_installations_alert(tmp_path: Path) ->
 
 @contextlib.contextmanager
 def _real_alertmanager(tmp_path: Path, config: str) -> Iterator[str]:
-    """A real Alertmanager (Debian's ``prometheus-alertmanager``, 0.25) on ``config`` (YAML
-    text), no cluster peers; yields its URL once ready, stops it after. Skips when absent."""
-    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
+    """A real Alertmanager on ``config`` (YAML text), no cluster peers; yields its URL once
+    ready, stops it after. Skips when absent."""
     cfg = tmp_path / "am.yml"
     cfg.write_text(config)
-    port = free_port()
-    am_url = f"http://127.0.0.1:{port}"
-    am = subprocess.Popen(
-        [
-            am_bin,
-            f"--config.file={cfg}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_for(lambda: _ready(am_url), timeout=20), "Alertmanager not ready"
-        yield am_url
-    finally:
-        am.terminate()
-        am.wait(10)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url + "/-/ready", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    with running_alertmanager(cfg, tmp_path / "am-data") as url:
+        yield url
 
 
 def _root_cause_routes(route: dict) -> list[dict]:

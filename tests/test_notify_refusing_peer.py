@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import socket
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import pytest
+from alertmanager_helpers import running_alertmanager
 from prometheus_client import CollectorRegistry
-from serving_helpers import wait_for
 from sqlalchemy import select
 from test_notify_failing_receivers import (
     ALERTS,
@@ -42,7 +39,6 @@ from test_notify_failing_receivers import (
     open_incidents,
     settle,
 )
-from test_serving_e2e import _ok
 
 from fleetmind.serving import notify
 from fleetmind.serving.db import Database, notifications
@@ -281,18 +277,6 @@ def test_a_redirect_target_is_logged_without_secrets() -> None:
     assert redirect_target(httpx.Response(301, request=request)) is None
 
 
-def _port(candidates: range) -> int:
-    """A free port of ``candidates`` (this test's range)."""
-    for port in candidates:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip(f"no free port in {candidates}")
-
-
 @pytest.mark.external
 def test_a_real_alertmanager_under_a_route_prefix_costs_one_post_per_poll(
     tmp_path: Path,
@@ -302,35 +286,13 @@ def test_a_real_alertmanager_under_a_route_prefix_costs_one_post_per_poll(
     it: that one answers 404 on ``/api/v2/alerts`` (its router serves only under the prefix,
     cmd/alertmanager/main.go ``router.WithPrefix``). Ten new root causes cost it one post, and
     the other instance lists all ten after that one poll."""
-    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
     cfg = tmp_path / "am.yml"
     cfg.write_text("route:\n  receiver: none\nreceivers:\n  - name: none\n")
-    urls = []
     with contextlib.ExitStack() as stack:
-        for k, prefix in enumerate(("/am", "/")):
-            port = _port(range(18120 + 10 * k, 18130 + 10 * k))
-            am = subprocess.Popen(
-                [
-                    am_bin,
-                    f"--config.file={cfg}",
-                    f"--storage.path={tmp_path / f'am{k}'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    f"--web.route-prefix={prefix}",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            stack.callback(lambda am=am: (am.terminate(), am.wait(10)))
-            url = f"http://127.0.0.1:{port}"
-            ready = f"{url}{prefix.rstrip('/')}/-/ready"
-            assert wait_for(lambda ready=ready: _ok(ready), timeout=20), "Alertmanager not ready"
-            urls.append(url)
+        urls = [
+            stack.enter_context(running_alertmanager(cfg, tmp_path / f"am{k}", route_prefix=prefix))
+            for k, prefix in enumerate(("/am", "/"))
+        ]
         bad, good = urls
         assert httpx.post(bad + "/api/v2/alerts", json=[]).status_code == 404  # upstream
         ids = open_incidents(db, 10)

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from alertmanager_helpers import running_alertmanager, shipped_config
 from serving_helpers import Server, alert, free_port, wait_for, webhook
 
 from fleetmind.data.paths import REPO_ROOT
@@ -102,36 +103,9 @@ def test_kill9_during_ingestion_loses_no_acknowledged_alert(tmp_path: Path) -> N
 
 
 # ----------------------------------------------------------------------------------------- Alertmanager
-def _am_config(
-    tmp_path: Path, fleetmind_url: str, token: str, oncall_url: str | None = None
-) -> Path:
-    """The shipped deploy/alertmanager.yml with fast timings, FleetMind's URL and token, and
-    (``oncall_url``) a webhook standing in for the user's on-call receivers (the paging one and
-    the channel that gets warning root causes)."""
-    cfg = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
-    for route in [cfg["route"], *cfg["route"].get("routes", [])]:
-        route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
-    receivers = {r["name"]: r for r in cfg["receivers"]}
-    hook = receivers["fleetmind"]["webhook_configs"][0]
-    hook["url"] = fleetmind_url + "/api/v1/alerts"
-    (tmp_path / "token").write_text(token)
-    hook["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "token")
-    if oncall_url:
-        for name in ("oncall", "team-chat"):
-            receivers[name]["webhook_configs"] = [{"url": oncall_url, "send_resolved": True}]
-    path = tmp_path / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
 @pytest.mark.external
 @pytest.mark.slow
 def test_alertmanager_delivers_into_ranked_incidents(tmp_path: Path) -> None:
-    am_bin = _binary("prometheus-alertmanager", "alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
     token = "e2e-token-0123456789"
     env = {
         **BASE_ENV,
@@ -142,88 +116,65 @@ def test_alertmanager_delivers_into_ranked_incidents(tmp_path: Path) -> None:
         # FleetMind is down when the storm arrives: Alertmanager's retries must deliver it later.
         fm = Server(env, log=tmp_path / "server.log")
         stack.callback(fm.stop)
-        am_port = free_port()
-        cfg = _am_config(tmp_path, fm.url, token)
-        am = subprocess.Popen(
-            [
-                am_bin,
-                f"--config.file={cfg}",
-                f"--storage.path={tmp_path / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{am_port}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "am.log", "wb"),  # noqa: SIM115
+        cfg = shipped_config(tmp_path, fm.url, token)
+        am_url = stack.enter_context(
+            running_alertmanager(cfg, tmp_path / "am-data", log=tmp_path / "am.log")
         )
-        try:
-            am_url = f"http://127.0.0.1:{am_port}"
-            assert wait_for(lambda: _ok(am_url + "/-/ready"), timeout=20), "Alertmanager not ready"
-            now = datetime.now(UTC)
-            storm = [
-                {
-                    "alertname": "GpuXidError",
-                    "cluster": "c0",
-                    "node": "c0-h1",
-                    "gpu": "3",
-                    "severity": "critical",
-                },
-                {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1", "severity": "critical"},
-                {
-                    "alertname": "GpuXidError",
-                    "cluster": "c0",
-                    "node": "c0-h1",
-                    "gpu": "4",
-                    "severity": "critical",
-                },
-                {"alertname": "HostDown", "cluster": "c1", "node": "c1-h2", "severity": "critical"},
-            ]
-            body = [
-                {"labels": lab, "annotations": {"summary": "e2e"}, "startsAt": now.isoformat()}
-                for lab in storm
-            ]
-            assert httpx.post(am_url + "/api/v2/alerts", json=body).status_code == 200
-            time.sleep(1.5)  # group_wait passes, the first delivery fails (connection refused)
-            fm.start()
+        now = datetime.now(UTC)
+        storm = [
+            {
+                "alertname": "GpuXidError",
+                "cluster": "c0",
+                "node": "c0-h1",
+                "gpu": "3",
+                "severity": "critical",
+            },
+            {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1", "severity": "critical"},
+            {
+                "alertname": "GpuXidError",
+                "cluster": "c0",
+                "node": "c0-h1",
+                "gpu": "4",
+                "severity": "critical",
+            },
+            {"alertname": "HostDown", "cluster": "c1", "node": "c1-h2", "severity": "critical"},
+        ]
+        body = [
+            {"labels": lab, "annotations": {"summary": "e2e"}, "startsAt": now.isoformat()}
+            for lab in storm
+        ]
+        assert httpx.post(am_url + "/api/v2/alerts", json=body).status_code == 200
+        time.sleep(1.5)  # group_wait passes, the first delivery fails (connection refused)
+        fm.start()
 
-            def incidents() -> list[dict]:
-                incs = httpx.get(
-                    fm.url + "/api/v1/incidents", headers={"Authorization": f"Bearer {token}"}
-                ).json()
-                ready = [i for i in incs if i["causes"]]
-                return ready if sum(i["alert_count"] for i in ready) == 4 else []
+        def incidents() -> list[dict]:
+            incs = httpx.get(
+                fm.url + "/api/v1/incidents", headers={"Authorization": f"Bearer {token}"}
+            ).json()
+            ready = [i for i in incs if i["causes"]]
+            return ready if sum(i["alert_count"] for i in ready) == 4 else []
 
-            incs = wait_for(incidents, timeout=60)
-            assert incs, "alerts did not arrive through Alertmanager"
-            assert sorted(i["alert_count"] for i in incs) == [1, 3]
-            big = next(i for i in incs if i["alert_count"] == 3)
-            assert big["causes"][0]["path"][0] == big["causes"][0]["node"]
-            assert "c0/host/c0-h1" in [c["node"] for c in big["causes"]]
+        incs = wait_for(incidents, timeout=60)
+        assert incs, "alerts did not arrive through Alertmanager"
+        assert sorted(i["alert_count"] for i in incs) == [1, 3]
+        big = next(i for i in incs if i["alert_count"] == 3)
+        assert big["causes"][0]["path"][0] == big["causes"][0]["node"]
+        assert "c0/host/c0-h1" in [c["node"] for c in big["causes"]]
 
-            # resolve the lone alert through Alertmanager: FleetMind closes its incident
-            past = (now + timedelta(seconds=1)).isoformat()
-            resolve = [{"labels": storm[3], "startsAt": now.isoformat(), "endsAt": past}]
-            assert httpx.post(am_url + "/api/v2/alerts", json=resolve).status_code == 200
+        # resolve the lone alert through Alertmanager: FleetMind closes its incident
+        past = (now + timedelta(seconds=1)).isoformat()
+        resolve = [{"labels": storm[3], "startsAt": now.isoformat(), "endsAt": past}]
+        assert httpx.post(am_url + "/api/v2/alerts", json=resolve).status_code == 200
 
-            def closed() -> list[dict]:
-                return httpx.get(
-                    fm.url + "/api/v1/incidents",
-                    params={"status": "resolved"},
-                    headers={"Authorization": f"Bearer {token}"},
-                ).json()
+        def closed() -> list[dict]:
+            return httpx.get(
+                fm.url + "/api/v1/incidents",
+                params={"status": "resolved"},
+                headers={"Authorization": f"Bearer {token}"},
+            ).json()
 
-            done = wait_for(closed, timeout=30)
-            assert len(done) == 1 and done[0]["nodes"] == ["c1/host/c1-h2"]
-        finally:
-            am.terminate()
-            am.wait(10)
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+        done = wait_for(closed, timeout=30)
+        assert len(done) == 1 and done[0]["nodes"] == ["c1/host/c1-h2"]
 
 
 def test_shipped_alertmanager_config_is_valid() -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +36,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from alertmanager_helpers import answers_200, running_alertmanager
 from serving_helpers import PgCluster, Server, alert, free_port, pg_bindir, wait_for, webhook
 
 from fleetmind.data.paths import REPO_ROOT
@@ -54,14 +54,6 @@ BASE_ENV = {
     "FLEETMIND_WORKER_STUCK_S": "5",
 }
 FIGURES: dict[str, Any] = {}
-
-
-def _am_binary() -> str:
-    for name in ("prometheus-alertmanager", "alertmanager"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)")
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,6 @@ def query(pg: PgCluster, db: str, sql: str) -> list[tuple[Any, ...]]:
 def alertmanager(tmp_path: Path, urls: list[str]) -> Iterator[str]:
     """A real Alertmanager delivering every alert to each of ``urls`` (group_wait and
     group_interval 1 s); yields its base URL."""
-    binary = _am_binary()
     (tmp_path / "token").write_text(INGEST)
     cfg = {
         "global": {"resolve_timeout": "5m"},
@@ -128,33 +119,8 @@ def alertmanager(tmp_path: Path, urls: list[str]) -> Iterator[str]:
     }
     path = tmp_path / "am.yml"
     path.write_text(yaml.safe_dump(cfg))
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={path}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "am.log", "wb"),  # noqa: SIM115
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _ok(url + "/-/ready"), timeout=20), "Alertmanager not ready"
+    with running_alertmanager(path, tmp_path / "am-data", log=tmp_path / "am.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def storm(case: str, lo: int, hi: int, cluster: str = "c0") -> list[dict[str, Any]]:
@@ -417,7 +383,9 @@ def test_slow_clients_do_not_starve_others(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     held: list[socket.socket] = []
     try:
-        assert wait_for(lambda: _ok(url + "/readyz"), timeout=60), "fleetmind serve not ready"
+        assert wait_for(lambda: answers_200(url + "/readyz"), timeout=60), (
+            "fleetmind serve not ready"
+        )
         head = (
             "POST /api/v1/alerts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {INGEST}\r\nContent-Length: 100000\r\n\r\n"
