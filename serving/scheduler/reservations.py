@@ -12,10 +12,12 @@ shows it. A hold ends when
   telemetry TTL plus ``FLEETMIND_TELEMETRY_MAX_STALE_S`` with stale-while-refresh), so that a
   decision on a snapshot collected before the grace ran out still sees the hold;
 * or telemetry lists the pod on the **held node** (``NodeState.pods``, from kube-state-metrics'
-  ``kube_pod_info``) and places its usage there: CPU and memory are in that scrape (its requests),
-  and a hold without GPUs ends. A hold with GPUs ends only when the snapshot also counts the pod's
-  GPU use (``NodeState.gpu_pods``: DCGM names the pod on a GPU, its GPU-sharing annotations
-  carry ``gpu-index``, or its ``nvidia_com_gpu`` request is charged to the node's GPUs:
+  ``kube_pod_info``; where that node's telemetry has uids, ``NodeState.pod_uids``, the hold's uid
+  must be among them: a same-named earlier pod, deleted and created again and still scraped,
+  neither ends nor keeps the hold) and places its usage there: CPU and memory are in that scrape
+  (its requests), and a hold without GPUs ends. A hold with GPUs ends only when the snapshot also
+  counts the pod's GPU use (``NodeState.gpu_pods``: DCGM names the pod on a GPU, its GPU-sharing
+  annotations carry ``gpu-index``, or its ``nvidia_com_gpu`` request is charged to the node's GPUs:
   kube-state-metrics' requests of pods DCGM names nowhere are marked taken,
   :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`, whichever GPUs the device
   plugin chose). A whole-GPU hold (1000 milli or more) that nothing places stays only while its pod
@@ -875,7 +877,8 @@ class DbReservations(Reservations):
         Args:
             snapshot: telemetry in use: a bound hold ends once the snapshot was collected
                 ``bound_grace_s`` after the binding; any hold ends once the snapshot lists its pod
-                on the held node (by name), or on any node of the hold's cluster by its uid;
+                on the held node (by name, and by uid where that node's telemetry has uids), or on
+                any node of the hold's cluster by its uid;
                 except a GPU hold whose pod the snapshot lists on the held node without placing
                 its GPU use (:func:`kept_by`), which stays, past its TTL too, and whose deadline
                 this renews (one TTL ahead, once under half a TTL is left).
@@ -912,7 +915,7 @@ class DbReservations(Reservations):
         ``outranks`` leaves out (:func:`_outranked`), unless its node may carry use
         kube-scheduler does not count (:func:`_uncounted`)."""
         kept = kept_by(rows, snapshot)
-        placed: set[tuple[str, str, str]] = set()
+        placed: dict[tuple[str, str, str], frozenset[str]] = {}  # -> that node's listed uids
         running: set[tuple[str, str]] = set()
         named: set[tuple[str, str]] = set()  # by name, on nodes whose telemetry has no uids
         if snapshot is not None and rows:
@@ -920,7 +923,7 @@ class DbReservations(Reservations):
             keys = {_name(r) for r in rows}
             uids = {r.pod_uid for r in rows if r.pod_uid}
             for n in snapshot.nodes:
-                placed.update((n.cluster, n.name, p) for p in n.pods & keys)
+                placed.update(((n.cluster, n.name, p), n.pod_uids) for p in n.pods & keys)
                 running.update((n.cluster, u) for u in n.pod_uids & uids)
                 if n.pods and not n.pod_uids:
                     # a kube-state-metrics series without ``uid`` (relabelled or federated away):
@@ -936,8 +939,12 @@ class DbReservations(Reservations):
                 continue
             if now is not None and r.expires_ts <= now:
                 continue
-            if (r.cluster, r.node, name) in placed:
-                continue  # running on the held node: its usage is in the snapshot
+            listed = placed.get((r.cluster, r.node, name))
+            if listed is not None and (not r.pod_uid or not listed or r.pod_uid in listed):
+                # running on the held node: its usage is in the snapshot. Where the node's
+                # telemetry has uids and none is the hold's, that name is an earlier pod (a
+                # StatefulSet's web-0 deleted and created again, still scraped): it ends nothing
+                continue
             if r.pod_uid and (r.cluster, r.pod_uid) in running:
                 # this very pod runs (on the held node or another one, where the held capacity was
                 # never taken): the hold has nothing left to do. A name on another node may be an
