@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +60,14 @@ standalone chart's ``dcgm-exporter-*``): the exporter, never the workload its se
 OVERRIDE_LABEL = "fleetmind_node"
 """An alert label whose value is a node id maps the alert to that node directly."""
 
-NODE_NAME_LABELS = ("kubernetes_node", "Hostname", "hostname")
+NODE_NAME_LABELS = ("kubernetes_node", "node_name", "Hostname", "hostname", "host")
 """Labels that stand in for a missing ``node`` when their value names a host of the graph, in this
 order (then ``instance``'s host): ``kubernetes_node`` from the common relabelling of
-``__meta_kubernetes_pod_node_name``, ``Hostname`` of dcgm-exporter (``hostname`` in its newest
-code). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``:
+``__meta_kubernetes_pod_node_name``, ``node_name`` from Promtail's (grafana/helm-charts
+``charts/promtail/values.yaml``, ``snippets.common``: the stream label of every pod log, so of a
+Loki ruler alert grouped by node), ``Hostname`` of dcgm-exporter (``hostname`` in its newest
+code), ``host`` of a systemd journal stream (Loki's "Configure Promtail" journal example relabels
+``__journal__hostname`` to ``host``). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``:
 a value that names a pod of the graph stands for the host that pod runs on."""
 
 WORKLOAD_LABELS = {
@@ -299,8 +303,9 @@ class DependencyGraph:
         * A missing ``node`` is taken from the first of :data:`NODE_NAME_LABELS` that names a host
           of the graph, or a pod of the graph that runs on one host (dcgm-exporter without
           ``hostNetwork`` reports its pod's name as ``Hostname``): that host; else from
-          ``instance`` without its port, or the host that address is one of the ``addresses`` of
-          (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling). Pod names
+          ``instance`` without its port (a URL's host), or the host that address is one of the
+          ``addresses`` of (node-exporter's ``instance`` is ``<InternalIP>:9100`` without
+          relabelling). Pod names
           and addresses are looked up among the hosts of the alert's ``cluster`` (clusters in
           separate networks reuse private addresses); for an alert without one, among all hosts,
           where they must name one host.
@@ -387,6 +392,11 @@ class DependencyGraph:
             return self._daemon_service(i, strict=labels["node"] not in self._host_names())
         if kind != "pod" or ("service" not in labels and "job" not in labels):
             return False
+        services = self._pod_services().get(i, ())
+        if labels.get("service") not in services and labels.get("job") not in services:
+            return False
+        if self.probes_elsewhere(i, labels):
+            return True
         if not objects and labels.keys().isdisjoint(WORKLOAD_LABELS):
             if "node" not in labels:
                 return False
@@ -394,8 +404,40 @@ class DependencyGraph:
                 return False
             if not node_named and not self._daemon_pod(i):
                 return False
-        services = self._pod_services().get(i, ())
-        return labels.get("service") in services or labels.get("job") in services
+        return True
+
+    def probes_elsewhere(self, i: int, labels: Mapping[str, str]) -> bool:
+        """Whether pod ``i``, matched by an alert's target labels, is a prober whose ``instance``
+        names the probed target, not the pod (blackbox- and SNMP-exporter).
+
+        The prometheus-community charts ``prometheus-blackbox-exporter`` and
+        ``prometheus-snmp-exporter`` (``templates/servicemonitor.yaml``) set ``instance`` to the
+        probe's target and ``target`` to its name in ``metricRelabelings``, so each probe series
+        keeps the exporter's ``pod``/``namespace``/``service``/``container``/``endpoint``. The pod
+        is the prober when ``instance``'s address (:func:`instance_address`) is none of its own
+        (attr ``addresses``, its ``status.podIPs``, or its name) and the alert shows a probe: a URL
+        ``instance``, one without a port, one whose address is a host's of the graph, or a
+        ``target`` label. An alert with ``exported_pod``/``exported_namespace`` is about that pod;
+        an exporter's own alerts (``instance`` its pod IP and port) stay on it, and so do those of
+        a StatefulSet pod that came back with a new IP under its old name. On a graph built without
+        pod ``addresses`` only a URL ``instance`` shows a prober (a pod's own scrape never is one):
+        rebuild the graph to have ICMP, TCP and SNMP probes land on their targets.
+        """
+        instance = labels.get("instance")
+        if instance is None or "exported_pod" in labels or "exported_namespace" in labels:
+            return False
+        node, url = self.nodes[i], "://" in instance
+        addresses = node.attrs.get("addresses")
+        if not isinstance(addresses, list):
+            return url
+        address = instance_address(instance)
+        own = {canonical_address(str(a)) for a in addresses} | {str(node.match.get("pod"))}
+        if address in own:
+            return False
+        if url or "target" in labels or not instance_has_port(instance):
+            return True
+        host = _in_cluster(self._host_addresses(), labels.get("cluster"), address)
+        return host is not None or address in self._host_names()
 
     def _daemon_service(self, i: int, strict: bool = False) -> bool:
         """Whether Service ``i`` has member pods and all are :meth:`_daemon_pod`'s (with
@@ -824,8 +866,17 @@ def canonical_address(text: str) -> str:
 def instance_address(instance: str) -> str:
     """The address part of a Prometheus ``instance`` label, without its port: ``10.0.0.5:9100``,
     ``[fd00:10::5]:9100``, a bare IPv6 address (``fd00:10::5``, which holds colons but no port)
-    or a name (``gpu-0:9100``), IP addresses in their canonical form (:func:`canonical_address`)."""
+    or a name (``gpu-0:9100``), IP addresses in their canonical form (:func:`canonical_address`).
+    A URL (a blackbox-exporter HTTP probe's ``instance``, ``https://10.0.1.10:443/healthz``) gives
+    its host (``10.0.1.10``; ``https://[fd00::5]/`` -> ``fd00::5``; a host name in lower case), a
+    URL without one (``file:///x``, ``http://[fd00::5``) itself."""
     text = instance.strip()
+    if "://" in text:
+        try:
+            host = urllib.parse.urlsplit(text).hostname
+        except ValueError:  # an unbalanced IPv6 bracket: no address to take
+            host = None
+        return canonical_address(host) if host else text
     if text.startswith("["):
         inner, sep, rest = text[1:].partition("]")
         if sep and (not rest or rest.startswith(":")):
@@ -835,6 +886,24 @@ def instance_address(instance: str) -> str:
     except ValueError:
         return canonical_address(text.rpartition(":")[0] if ":" in text else text)
     return canonical_address(text)
+
+
+def instance_has_port(instance: str) -> bool:
+    """Whether a Prometheus ``instance`` label ends in a port (``10.0.0.5:9100``,
+    ``[fd00::5]:9100``, ``gpu-0:9100``), as every scrape of a pod or host target does; a probe's
+    target relabelled into ``instance`` often has none (blackbox ICMP ``10.0.1.10``, SNMP
+    ``10.0.1.254``) or is a URL (not counted as a port here)."""
+    text = instance.strip()
+    if "://" in text:
+        return False
+    if text.startswith("["):
+        return "]:" in text
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        head, sep, port = text.rpartition(":")
+        return bool(head and sep) and port.isdigit()
+    return False
 
 
 def _cluster_table(owners: Iterable[tuple[str | None, str, str]]) -> _ClusterTable:

@@ -17,7 +17,7 @@ labels Prometheus rules carry):
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts), ``addresses`` (its IPs, :func:`_pod_addresses`, which tell a prober's target ``instance`` from its own) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
 """
 
@@ -677,7 +677,7 @@ def _add_pod(
     owner = next((f"{o.get('kind')}/{o.get('name')}" for o in owners if o.get("controller")), None)
     pid = b.node(f"{c}/pod/{ns}/{nm}", "pod", c, {"cluster": c, "namespace": ns, "pod": nm},
                  owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None),
-                 claims=_claim_names(p, nm) or None)  # fmt: skip
+                 claims=_claim_names(p, nm) or None, addresses=_pod_addresses(p))  # fmt: skip
     host = _obj(p.get("spec")).get("nodeName")
     if isinstance(host, str) and f"{c}/host/{host}" in b.nodes:
         b.edge(pid, f"{c}/host/{host}", "runs_on")
@@ -693,6 +693,19 @@ def _add_pod(
             for i in range(k):
                 b.edge(pid, f"{c}/gpu/{host}/{i}", "runs_on")
     return pid, ns, nm, _labels(p)
+
+
+def _pod_addresses(pod: Mapping[str, Any]) -> list[str] | None:
+    """The pod's IPs, ``status.podIPs[].ip`` then ``status.podIP``, in order without repeats, or
+    None: what ``instance`` holds on a scrape of the pod itself (a ``hostNetwork`` pod's are its
+    host's), as opposed to a prober's target (:meth:`fleetmind.data.graph.DependencyGraph.probes_elsewhere`)."""
+    status = _obj(pod.get("status"))
+    ips = [_obj(a).get("ip") for a in _seq(status.get("podIPs"))] + [status.get("podIP")]
+    out: list[str] = []
+    for ip in ips:
+        if isinstance(ip, str) and ip and ip not in out:
+            out.append(ip)
+    return out or None
 
 
 def _claim_names(pod: Mapping[str, Any], name: str) -> list[str]:
@@ -935,7 +948,7 @@ READ_FIELDS: dict[str, dict[str, Any]] = {
             "initContainers": _CONTAINER_FIELDS,
             "resourceClaims": {"name": True},
         },
-        "status": {"phase": True},
+        "status": {"phase": True, "podIP": True, "podIPs": {"ip": True}},
     },
     "services": {"metadata": {"name": True, "namespace": True}, "spec": {"selector": True}},
     "endpointslices": {
