@@ -73,7 +73,10 @@ from fleetmind.serving.health import UNMAPPED_REASONS, unmapped_reason
 
 log = logging.getLogger("fleetmind.serving")
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (s) of the request and RCA latency histograms. 5.0 is kube-scheduler's extender
+``httpTimeout`` in deploy/kube-scheduler-config.yaml: the ``FleetMindExtenderSlow`` rule counts the
+extender calls above it, which kube-scheduler gave up on."""
 MODEL_KINDS = ("rca", "placement")
 """The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
 LOAD_RESULTS = ("success", "failure")

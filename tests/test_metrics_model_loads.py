@@ -60,6 +60,13 @@ def test_every_kind_and_result_is_exported_at_zero_before_any_load(tmp_path: Pat
     assert _loads(metrics.render()[0].decode())[("rca", "failure")] == 1.0
 
 
+def _remedy(alert: str) -> dict[str, str]:
+    """The ``description`` and ``runbook_url`` annotations of rule ``alert`` (static text)."""
+    rules = yaml.safe_load(RULES.read_text())["groups"]
+    (rule,) = [r for g in rules for r in g["rules"] if r.get("alert") == alert]
+    return {k: rule["annotations"][k] for k in ("description", "runbook_url")}
+
+
 def _promtool_test(tmp_path: Path, tests: list[dict]) -> subprocess.CompletedProcess[str]:
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -87,8 +94,16 @@ def test_model_weight_load_failures_fires_on_a_failed_reload_of_the_exported_ser
         for (k, r), v in exported.items()
     ]
     alert = {
-        "exp_labels": {"severity": "critical", "cluster": "c0", "service": "fleetmind"},
-        "exp_annotations": {"summary": "fleetmind in c0: more than 7 % of model-weight loads fail"},
+        "exp_labels": {
+            "severity": "critical",
+            "cluster": "c0",
+            "service": "fleetmind",
+            "instance": "10.244.0.5:8000",
+        },
+        "exp_annotations": {
+            "summary": "fleetmind 10.244.0.5:8000 in c0: more than 7 % of model-weight loads fail",
+            **_remedy("ModelWeightLoadFailures"),
+        },
     }
     checks = [
         {"eval_time": "9m", "alertname": "ModelWeightLoadFailures", "exp_alerts": []},
@@ -115,7 +130,7 @@ def test_a_failure_at_start_up_is_paged_by_the_fallback_alert(tmp_path: Path) ->
         "exp_labels": {"severity": "warning", "instance": "10.244.0.5:8000", "kind": "rca",
                        "method": "deepest"},
         "exp_annotations": {"summary": "FleetMind 10.244.0.5:8000: its rca model did not load; "
-                            "deepest answers instead"},
+                            "deepest answers instead", **_remedy("FleetMindModelFallback")},
     }  # fmt: skip
     checks = [
         {"eval_time": "10m", "alertname": "ModelWeightLoadFailures", "exp_alerts": []},

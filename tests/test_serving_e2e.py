@@ -242,9 +242,15 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "CrossClusterLatencyHigh",
                 "PendingPodsOverQueueCapacity",
                 "ModelWeightLoadFailures",
+                "FleetMindDown",
+                "FleetMindAbsent",
+                "FleetMindAlertIngestionFailing",
+                "FleetMindExtenderErrors",
+                "FleetMindExtenderSlow",
                 "FleetMindIncidentGroupingLag",
                 "FleetMindModelFallback",
-                "FleetMindNotificationsFailing",
+                "FleetMindNotificationsFailing",  # outcome="dropped"
+                "FleetMindNotificationsFailing",  # outcome="failed"
                 "FleetMindWebhookRefused",
             ]
         )
