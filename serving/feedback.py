@@ -5,7 +5,8 @@
 and the rank it gave the named node), and a snapshot of what training needs, the incident's alerts
 (Alertmanager v4 objects) and the served graph (stored once per content hash in
 ``feedback_graphs``), so a label stays usable after the graph is replaced. The latest feedback of an
-incident wins.
+incident wins; an incident merged into another hands its feedback to that one
+(:meth:`fleetmind.serving.incidents.store.IncidentStore.merge`), where the latest of both wins.
 
 :func:`feedback_incidents` turns the table into incidents of the dataset contract
 (``{"id", "graph", "alerts", "root_cause", "fault_type"}`` plus graphs), which ``fleetmind rca train
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 import weakref
@@ -41,6 +43,8 @@ from fleetmind.redact import safe_uri
 from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
+
+log = logging.getLogger(__name__)
 
 MAX_ALERTS = 1000
 """Alerts kept per feedback snapshot (the newest), as many as the incident worker ranks."""
@@ -65,7 +69,8 @@ class FeedbackIn(BaseModel):
         max_length=128,
         pattern=NO_NUL,
         description="a fault type of the catalog that the node can have, when known "
-        "(default: the model's for that node, when it typed it)",
+        "(default: the fault type of the incident's latest feedback when it names the same node, "
+        "else the model's for that node, when it typed it)",
     )
 
     @field_validator("by")
@@ -89,6 +94,12 @@ class FeedbackOut(BaseModel):
     confirmed: bool = Field(description="the named node is the model's top cause")
     model_top: str | None
     model_rank: int | None = Field(description="the model's rank of the named node (1 = top)")
+    method: str | None = Field(
+        None, description="the ranking method of the incident when the feedback came"
+    )
+    model_version: str | None = Field(
+        None, description="the version of the model that ranked it then (null: a baseline)"
+    )
 
 
 class IncidentNotFound(LookupError):
@@ -172,10 +183,40 @@ def _cached_digest(graph: DependencyGraph) -> tuple[str, dict[str, Any] | None]:
         return digest, obj
 
 
+def _default_fault(
+    db: Database, incident_id: int, target: GraphNode, causes: list[dict[str, Any]]
+) -> str | None:
+    """The fault type of feedback that names none for ``target``: the type of the incident's
+    latest feedback when that names the same node (an "agree" keeps a corrected type), else the
+    model's for the node; either only where the catalog allows it at ``target``."""
+    c = incident_feedback.c
+    with db.read() as conn:
+        last = conn.execute(
+            select(c.root_cause, c.fault_type)
+            .where(c.incident_id == incident_id)
+            .order_by(c.id.desc())
+            .limit(1)
+        ).first()
+    allowed = node_fault_types(target)
+    if last is not None and last.root_cause == target.id and last.fault_type in allowed:
+        return str(last.fault_type)
+    fault = next(
+        (x["fault_type"] for x in causes if x["node"] == target.id and x.get("fault_type")), None
+    )
+    return fault if fault in allowed else None
+
+
 def record_feedback(
-    db: Database, graph: DependencyGraph, incident_id: int, fb: FeedbackIn
+    db: Database,
+    graph: DependencyGraph,
+    incident_id: int,
+    fb: FeedbackIn,
+    channel: str = "api",
 ) -> dict[str, Any]:
     """Validate and store one feedback row; returns it (as :class:`FeedbackOut` fields).
+
+    Without a ``fault_type`` the row takes :func:`_default_fault`'s. Each stored row is logged
+    (INFO: incident, root, fault type, who, ``channel``: ``api`` or ``ui``; not the note).
 
     Raises:
         IncidentNotFound: no incident ``incident_id``.
@@ -206,12 +247,8 @@ def record_feedback(
     fault = _engineer_fault(target, fb.fault_type)
     causes = inc["causes"] or []
     ranks = {c["node"]: i for i, c in enumerate(causes, start=1)}
-    if fault is None:  # the model's type for the node, where it gave one the node can have
-        allowed = node_fault_types(target)
-        fault = next(
-            (c["fault_type"] for c in causes if c["node"] == node and c.get("fault_type")), None
-        )
-        fault = fault if fault in allowed else None
+    if fault is None:  # the latest feedback's type for the node, else the model's
+        fault = _default_fault(db, incident_id, target, causes)
     with db.read() as conn:
         alerts = [alert_dict(r) for r in db.incident_alerts(conn, incident_id, MAX_ALERTS)]
     if not alerts:
@@ -251,6 +288,15 @@ def record_feedback(
         row["id"] = int(
             conn.execute(incident_feedback.insert().values(**row)).inserted_primary_key[0]
         )
+    log.info(
+        "feedback %d stored: incident %d, root %r, fault type %r, by %r, via %s",
+        row["id"],
+        incident_id,
+        node,
+        fault,
+        row["by"],
+        channel,
+    )
     return feedback_out(row)
 
 
@@ -272,6 +318,8 @@ def feedback_out(row: dict[str, Any]) -> dict[str, Any]:
         "confirmed": row["model_top"] == row["root_cause"],
         "model_top": row["model_top"],
         "model_rank": row["model_rank"],
+        "method": row.get("method"),
+        "model_version": row.get("model_version"),
     }
 
 
@@ -289,6 +337,8 @@ def list_feedback(db: Database, incident_id: int) -> list[dict[str, Any]]:
             c.created_ts,
             c.model_top,
             c.model_rank,
+            c.method,
+            c.model_version,
         )
         .where(c.incident_id == incident_id)
         .order_by(c.id.desc())

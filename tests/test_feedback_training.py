@@ -126,8 +126,9 @@ def test_a_fault_type_must_be_one_the_node_can_have(client: TestClient) -> None:
     assert r.status_code == 422 and "leave fault_type out" in r.json()["detail"]
     r = client.post(url, json={"root_cause": host, "by": "a", "fault_type": "host_not_ready"})
     assert r.status_code == 201 and r.json()["fault_type"] == "host_not_ready"
+    # without a type: the latest feedback's for the same node (an agreeing verdict keeps it)
     r = client.post(url, json={"root_cause": host, "by": "a"})
-    assert r.status_code == 201 and r.json()["fault_type"] is None
+    assert r.status_code == 201 and r.json()["fault_type"] == "host_not_ready"
 
 
 def test_a_models_unknown_type_is_no_label(client: TestClient) -> None:

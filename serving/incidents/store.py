@@ -191,8 +191,19 @@ class IncidentStore:
         return int(inc_id)
 
     def merge(self, conn: Connection, target: int, other: int, now: float) -> None:
-        """Move ``other``'s alerts to ``target`` and mark ``other`` ``merged`` into it."""
+        """Move ``other``'s alerts and feedback to ``target`` and mark ``other`` ``merged`` into it.
+
+        The feedback rows keep their ids and times, so the latest feedback of the two incidents is
+        ``target``'s label (:func:`fleetmind.serving.feedback.feedback_incidents`), shown and
+        correctable on its page; left on ``other`` it was invisible, could not be corrected
+        (feedback on a merged incident is refused) and exported as a training incident of its own.
+        """
         conn.execute(update(alerts).where(alerts.c.incident_id == other).values(incident_id=target))
+        conn.execute(
+            update(incident_feedback)
+            .where(incident_feedback.c.incident_id == other)
+            .values(incident_id=target)
+        )
         conn.execute(
             update(incidents)
             .where(incidents.c.id == other)

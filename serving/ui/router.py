@@ -37,7 +37,13 @@ from fleetmind.serving.deps import (
     client_address,
     looks_like_jwt,
 )
-from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
+from fleetmind.serving.feedback import (
+    FeedbackIn,
+    IncidentNotFound,
+    list_feedback,
+    node_fault_types,
+    record_feedback,
+)
 from fleetmind.serving.health import telemetry_cluster_alias
 from fleetmind.serving.notify import CLOSED, confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.scheduler.reservations import DbReservations
@@ -715,7 +721,8 @@ def _incident(
         flash_kind="err" if flash else "ok",
         merged_note=merged,
         form=form or {},
-        feedback_nodes=_feedback_nodes(graph, causes, row["nodes"] or []),
+        feedback_nodes=(nodes := _feedback_nodes(graph, causes, row["nodes"] or [])),
+        fault_choices=_fault_choices(graph, nodes),
     )
 
 
@@ -810,6 +817,21 @@ def _feedback_nodes(graph: Any, causes: list[dict[str, Any]], nodes: list[str]) 
     """The feedback form's suggestions: the causes, then the incident's alerting nodes, those the
     served graph still has (feedback on another node is refused)."""
     return [n for n in dict.fromkeys([c["node"] for c in causes] + list(nodes)) if n in graph.index]
+
+
+def _fault_choices(graph: Any, nodes: list[str]) -> list[tuple[str, list[str]]]:
+    """The feedback form's fault types: ``[(node kind, or "kind (role)", its types)]`` for the
+    kinds of ``nodes`` (the form's suggestions, all in ``graph``), each the catalog's types of
+    that kind (:func:`fleetmind.serving.feedback.node_fault_types`); kinds where no fault starts
+    left out. Another type is refused on saving (422, naming the node's)."""
+    out: dict[str, list[str]] = {}
+    for nid in nodes:
+        node = graph.node(nid)
+        role = node.attrs.get("role") if isinstance(node.attrs, dict) else None
+        label = f"{node.kind} ({role})" if isinstance(role, str) and role else str(node.kind)
+        if label not in out and (types := node_fault_types(node)):
+            out[label] = types
+    return sorted(out.items())
 
 
 def where(node: str | None, with_cluster: bool = False) -> str:
@@ -969,6 +991,31 @@ MERGED_KEPT = (
 )
 
 
+STALE_KEPT = (
+    "{by} saved a newer verdict ({root}{fault}) since this page was opened, so nothing was "
+    "saved; it is shown below, and what you typed is kept: check it and save again."
+)
+
+FORM_FIELDS = ("root_cause", "fault_type", "by", "note")
+"""The feedback form's fields kept when a post is refused (its hidden ``seen`` is not: the page
+shows the newest feedback id it has)."""
+
+
+def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> str | None:
+    """Why the form may not be saved: feedback newer than the newest the page showed (its hidden
+    ``seen``: that feedback's id, ``0`` for none) was stored since, e.g. by a colleague; the
+    :data:`STALE_KEPT` message naming it. ``None``: none, or a form without ``seen``."""
+    seen = form.get("seen", "").strip()
+    if not seen.isdigit() or len(seen) > 18:
+        return None
+    feedback = list_feedback(services.db, incident_id)
+    if not feedback or feedback[0]["id"] <= int(seen):
+        return None
+    latest = feedback[0]
+    fault = f", {latest['fault_type']}" if latest["fault_type"] else ""
+    return STALE_KEPT.format(by=latest["by"], root=latest["root_cause"], fault=fault)
+
+
 def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
     """The 403 page for a form whose CSRF token or origin does not check out."""
     return render(
@@ -995,7 +1042,7 @@ async def _record_feedback(
             # from one of our pages (the browser says so), with a stale token (its tab was opened
             # before the token changed): the page again, with a fresh token and what was typed
             # (escaped by the template), so nothing is lost; nothing is stored
-            kept = {k: form.get(k, "") for k in ("root_cause", "by", "note")}
+            kept = {k: form.get(k, "") for k in FORM_FIELDS}
             return _incident(request, services, incident_id, session, 403, EXPIRED_KEPT, kept)
         return _form_refused(request, session, services.settings)
     row = services.db.get_incident(incident_id)
@@ -1005,6 +1052,10 @@ async def _record_feedback(
         return _incident(
             request, services, incident_id, session, 422, MERGED_KEPT.format(incident_id), form
         )
+    newer = _newer_feedback(services, incident_id, form)
+    if newer is not None:  # a colleague's verdict came after the page: show it, save nothing
+        kept = {k: form.get(k, "") for k in FORM_FIELDS}
+        return _incident(request, services, incident_id, session, 409, newer, kept)
     if not form.get("by", "").strip():
         return _incident(
             request,
@@ -1020,8 +1071,9 @@ async def _record_feedback(
             root_cause=form.get("root_cause", ""),
             by=form.get("by", ""),
             note=form.get("note") or None,
+            fault_type=form.get("fault_type") or None,
         )
-        record_feedback(services.db, services.graphs.graph, incident_id, fb)
+        record_feedback(services.db, services.graphs.graph, incident_id, fb, channel="ui")
     except IncidentNotFound:
         return _no_incident(request, session, incident_id)
     except (ValidationError, DataError) as err:
