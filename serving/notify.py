@@ -21,8 +21,10 @@ The alert's ``severity`` comes from the top cause's calibrated score (:func:`sev
 ``FLEETMIND_NOTIFY_WARNING_SCORE``, and no alert below it (the incident page still lists the cause).
 
 When the incident resolves (or is merged into another), the alert is posted again with ``endsAt``
-(resolved) and the webhook gets a resolved message. When a settled top cause changes, the old alert
-is resolved and the new one sent; when its severity changes, the old alert is resolved (its
+(resolved) and the webhook gets a resolved message. When a settled top cause changes, the new one
+is sent, and the old alert keeps firing beside it while an alert of the incident on its own node
+still fires (:data:`KEPT`; resolved, :data:`CLEARED`, once those have all resolved), else it is
+resolved; when its severity changes, the old alert is resolved (its
 ``severity`` label is part of its identity) and the new one sent, and the webhook gets one message
 saying so; when its score falls below the warning floor, the alert is resolved. The severity has
 hysteresis (:func:`held_severity`): it is lowered only once the score is
@@ -75,6 +77,7 @@ from fleetmind.http_client import Deadline, hold_to
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import can_cut, without_password
 from fleetmind.serving.db import Database, incidents, notifications
+from fleetmind.serving.db import alerts as alert_rows
 from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.schemas import from_unix
 from fleetmind.serving.settings import Settings
@@ -85,12 +88,24 @@ log = logging.getLogger("fleetmind.serving.notify")
 ALERTNAME = "FleetMindRootCause"
 CLOSED, SUPERSEDED, UNSURE = "incident closed", "root cause changed", "score below the floor"
 RESEVERED, NO_CAUSE = "severity changed", "no cause on the current graph"
+CLEARED = "its alerts resolved"
 """Why a FleetMindRootCause alert was resolved (annotation ``resolved_because``, and the webhook's
-wording): its incident resolved or was merged; the incident's settled top cause changed; its score
+wording): its incident resolved or was merged; the incident's settled top cause changed to another
+node while this cause had no alert of its own (none mapped to its node) in the incident; its score
 fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``; the same cause is sent again at another severity
 (the ``severity`` label is part of the alert's identity, so the old one must end); the incident,
 still open, was ranked with no cause at all (none of its alerts names a node of the graph served
-now, e.g. its cluster left the graph)."""
+now, e.g. its cluster left the graph); every alert of the incident on the cause's own node
+resolved while the incident stays open (:data:`KEPT`)."""
+KEPT = "kept"
+"""Key of a firing row's ``delivery`` JSON: the earlier causes of the incident still sent beside
+the top one, oldest first, each ``{"labels", "annotations", "starts_at", "hook": <whether the
+webhook took its firing message>}``. A sent cause stays firing (its labels, severity included, as
+they were) while an alert of the incident on its own node (the node itself, not the nodes under
+it: a GPU under a host is a cause of its own) still fires, however the ranking changes: a second,
+unrelated fault that joins an incident takes the top of the model's single-root ranking, and the
+first fault still wants its page. It is re-sent with the top cause's alert and resolved
+(:data:`CLEARED`) once those alerts have all resolved."""
 OUTBOX = "resolutions"
 """Key of a ``notifications`` row's ``delivery`` JSON: the row's resolutions (and withdrawals of
 earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <the Alertmanager
@@ -1249,21 +1264,145 @@ class Notifier:
         severity = held_severity(top.get("score"), previous, self.settings, inc.get("method"), top)
         if not self._settled(inc["id"], (node, severity), now):
             return False
-        if firing and row["cause_node"] == node and row["labels"].get("severity") == severity:
+        if not firing:
+            if severity is not None:
+                outbox = [] if row is None else self._outbox(row)
+                rows[inc["id"]] = self._set_firing(inc, top, severity, now, outbox)
+            return True
+        assert row is not None
+        kept = list((row.get("delivery") or {}).get(KEPT) or [])
+        live, named = (
+            self._alert_nodes(inc["id"]) if kept or row["cause_node"] != node else ((), ())
+        )
+        cleared = [k for k in kept if k["labels"]["cause_node"] not in live]
+        kept = [k for k in kept if k["labels"]["cause_node"] in live]
+        if row["cause_node"] == node and row["labels"].get("severity") == severity:
+            if cleared:
+                self._set_kept(row, kept, cleared, now)
             self._refresh(row, inc, top)  # the next re-send carries today's counts
             return True
-        was = None
-        if firing:  # the settled cause or its severity changed, or it fell below the floor
-            same = row["cause_node"] == node
-            because = UNSURE if severity is None else RESEVERED if same else SUPERSEDED
-            if because == RESEVERED and self._hook_took(row):
-                was = row["labels"].get("severity")
-            self._set_resolved(row, now, because)
-        if severity is None:  # too unsure to page anyone: the incident page still shows it
+        if row["cause_node"] != node and row["cause_node"] in live:
+            if severity is None:  # the new top is too unsure to page: the sent one stays alone
+                if cleared:
+                    self._set_kept(row, kept, cleared, now)
+                return True
+            # a further cause: the one sent keeps firing beside it (see KEPT)
+            kept.append(self._kept_entry(row))
+            self._set_kept(row, [], cleared, now)
+            rows[inc["id"]] = self._set_firing(
+                inc, top, severity, now, self._outbox(row), None, kept
+            )
             return True
-        outbox = [] if row is None else self._outbox(row)
-        rows[inc["id"]] = self._set_firing(inc, top, severity, now, outbox, was)
+        # the settled cause or its severity changed, or it fell below the floor
+        same = row["cause_node"] == node
+        because = UNSURE if severity is None else RESEVERED if same else SUPERSEDED
+        if not same and row["cause_node"] in named:
+            because = CLEARED  # its own alerts resolved (a re-ranking named the next fault)
+        was = (
+            row["labels"].get("severity") if because == RESEVERED and self._hook_took(row) else None
+        )
+        self._set_kept(row, [], cleared, now, save=False)
+        self._set_resolved(row, now, because)
+        if severity is None:  # too unsure to page anyone: the incident page still shows it
+            if kept:  # a cause still firing on its own alerts takes the row (see KEPT)
+                rows[inc["id"]] = self._promote(row, kept, now)
+            return True
+        rows[inc["id"]] = self._set_firing(inc, top, severity, now, self._outbox(row), was, kept)
         return True
+
+    def _alert_nodes(self, inc_id: int) -> tuple[set[str], set[str]]:
+        """``(nodes with a firing alert, nodes with any alert)`` of incident ``inc_id``: the graph
+        nodes its alerts were mapped to when grouped."""
+        a = alert_rows.c
+        q = (
+            select(a.node, a.status)
+            .where(a.incident_id == inc_id, a.node.is_not(None))
+            .group_by(a.node, a.status)
+        )
+        with self.db.read() as conn:
+            found = [(str(r[0]), r[1]) for r in conn.execute(q)]
+        return {n for n, status in found if status == "firing"}, {n for n, _ in found}
+
+    def _kept_entry(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A firing row as an entry of :data:`KEPT` (its alert as sent)."""
+        return {
+            "labels": dict(row["labels"]),
+            "annotations": dict(row["annotations"]),
+            "starts_at": row["starts_at"],
+            "hook": self._hook_took(row) and bool(self.hook_url),
+        }
+
+    def _set_kept(
+        self,
+        row: dict[str, Any],
+        kept: list[dict[str, Any]],
+        cleared: list[dict[str, Any]],
+        now: float,
+        save: bool = True,
+    ) -> None:
+        """Make firing ``row`` carry ``kept`` (:data:`KEPT`) and owe the resolutions of
+        ``cleared`` (:data:`CLEARED`: every alert on their own nodes resolved), then store it."""
+        outbox = self._outbox(row)
+        outbox += [self._resolution(k, now, CLEARED) for k in cleared]
+        delivery = dict(row.get("delivery") or {})
+        delivery.pop(KEPT, None)
+        if kept:
+            delivery[KEPT] = kept
+        if outbox:
+            delivery[OUTBOX] = outbox
+        row["delivery"] = delivery if delivery or row.get("delivery") is not None else None
+        if save:
+            self._save(row)
+
+    def _resolution(self, entry: dict[str, Any], now: float, because: str) -> dict[str, Any]:
+        """The outbox entry (:data:`OUTBOX`) resolving kept cause ``entry`` for ``because``."""
+        gone = self._kept_row(entry, now, because)
+        return {
+            "alert": self.alertmanager_alert(gone),
+            "alertmanager": list(self.am_urls),
+            "webhook": self.webhook_body(gone) if entry.get("hook") and self.hook_url else None,
+            "due_ts": now,
+        }
+
+    @staticmethod
+    def _kept_row(entry: dict[str, Any], now: float, because: str | None = None) -> dict[str, Any]:
+        """Kept cause ``entry`` (:data:`KEPT`) as a ``notifications`` row: firing, or resolved
+        at ``now`` (Unix s) for ``because``."""
+        annotations = dict(entry["annotations"])
+        if because is not None:
+            annotations["resolved_because"] = because
+        return {
+            "incident_id": int(entry["labels"]["incident"]),
+            "state": "firing" if because is None else "resolved",
+            "cause_node": entry["labels"]["cause_node"],
+            "labels": entry["labels"],
+            "annotations": annotations,
+            "starts_at": entry["starts_at"],
+            "ends_at": None if because is None else max(_iso(now), entry["starts_at"]),
+            "delivery": None,
+        }
+
+    def _promote(
+        self, row: dict[str, Any], kept: list[dict[str, Any]], now: float
+    ) -> dict[str, Any]:
+        """Store (and return) the firing row of the first of ``kept`` (its alert as sent, the
+        others still kept) after ``row`` resolved: a sent cause whose own alerts still fire."""
+        first, rest = kept[0], kept[1:]
+        delivery: dict[str, Any] = {"webhook": "sent"} if first.get("hook") else {}
+        outbox = self._outbox(row)
+        if outbox:
+            delivery[OUTBOX] = outbox
+        if rest:
+            delivery[KEPT] = rest
+        new = {
+            **self._kept_row(first, now),
+            "am_sent_ts": None,
+            "hook_sent": bool(first.get("hook")) or not self.hook_url,
+            "delivery": delivery,
+            "updated_ts": now,
+        }
+        self._save(new)
+        return new
 
     def _settled(self, inc_id: int, state: tuple[str | None, str | None], now: float) -> bool:
         """Whether incident ``inc_id`` has had ``state`` (its top cause's node and severity, both
@@ -1279,6 +1418,10 @@ class Notifier:
         :func:`held_severity`: its firing row's, else the one it is settling at, else none."""
         if row is not None and row["state"] == "firing" and row["cause_node"] == node:
             return row["labels"].get("severity")
+        if row is not None and row["state"] == "firing":  # a kept cause: the severity it was sent
+            for k in (row.get("delivery") or {}).get(KEPT) or []:
+                if k["labels"]["cause_node"] == node:
+                    return k["labels"].get("severity")
         seen = self._seen.get(inc_id)
         return seen[0][1] if seen is not None and seen[0][0] == node else None
 
@@ -1290,9 +1433,19 @@ class Notifier:
         now: float,
         outbox: list[dict[str, Any]] | None = None,
         severity_was: str | None = None,
+        kept: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Store (and return) the firing row of incident ``inc``'s settled cause ``top``, which
-        carries ``outbox``: the resolutions still owed, sent before it (see :data:`OUTBOX`)."""
+        carries ``outbox``: the resolutions still owed, sent before it (see :data:`OUTBOX`), and
+        ``kept``: the earlier causes sent beside it (:data:`KEPT`; one on ``top``'s node keeps
+        its start, and its alert ends first when ``severity`` differs)."""
+        kept, outbox, starts, took = list(kept or []), list(outbox or []), _iso(now), False
+        for k in [k for k in kept if k["labels"]["cause_node"] == top["node"]]:
+            kept.remove(k)
+            if k["labels"].get("severity") != severity:
+                outbox.append(self._resolution(dict(k, hook=False), now, RESEVERED))
+            else:  # the same alert, firing on: Alertmanager keeps its start, the chat had it
+                starts, took = k["starts_at"], bool(k.get("hook"))
         cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
         if len(cluster) > CLUSTER_CHARS:  # an incident's clusters come from alert labels
             cluster = cluster[: CLUSTER_CHARS - 1] + "…"
@@ -1310,16 +1463,20 @@ class Notifier:
             delivery[OUTBOX] = outbox
         if severity_was:
             delivery[SEVERITY_WAS] = severity_was
+        if kept:
+            delivery[KEPT] = kept
+        if took:
+            delivery["webhook"] = "sent"
         row = {
             "incident_id": inc["id"],
             "state": "firing",
             "cause_node": top["node"],
             "labels": labels,
             "annotations": self._annotations(inc, top, cluster),
-            "starts_at": _iso(now),
+            "starts_at": starts,
             "ends_at": None,
             "am_sent_ts": None,
-            "hook_sent": False,
+            "hook_sent": took,
             "delivery": delivery,
             "updated_ts": now,
         }
@@ -1387,6 +1544,8 @@ class Notifier:
         message words as such."""
         took = self._hook_took(row) and because != RESEVERED and bool(self.hook_url)
         outbox = self._outbox(row)
+        for k in (row.get("delivery") or {}).get(KEPT) or []:  # the causes sent beside it end too
+            outbox.append(self._resolution(k, now, because))
         row["annotations"] = {**row["annotations"], "resolved_because": because}
         row.update(state="resolved", ends_at=_iso(now), updated_ts=now)
         started = _unix(row["starts_at"])
@@ -1409,7 +1568,9 @@ class Notifier:
                 if owed:
                     self._give_up(" and ".join(owed), row["incident_id"], "too many undelivered")
             del outbox[: len(outbox) - OUTBOX_MAX]
-        delivery = {k: v for k, v in (row.get("delivery") or {}).items() if k != SEVERITY_WAS}
+        delivery = {
+            k: v for k, v in (row.get("delivery") or {}).items() if k not in (SEVERITY_WAS, KEPT)
+        }
         if outbox:
             delivery[OUTBOX] = outbox
         else:
@@ -1539,11 +1700,9 @@ class Notifier:
             entries = []
             for k in ks:
                 outbox, items = outboxes[k], plans[k][1][url]
-                body = [
-                    outbox[i]["alert"] if i >= 0 else self.alertmanager_alert(rows[k])
-                    for i in items
-                ]
-                resend = items == [-1] and rows[k]["am_sent_ts"] is not None
+                body = [self._am_item(rows[k], outbox, i, now) for i in items]
+                firing = [i for i in items if i > -3]  # (the kept causes go with it)
+                resend = firing == [-1] and rows[k]["am_sent_ts"] is not None
                 entries.append((rows[k]["incident_id"], body, resend))
             for k, res in zip(ks, self._post_batch(url, entries), strict=True):
                 results[k][url] = res
@@ -1552,12 +1711,24 @@ class Notifier:
             for row, outbox, plan, res in zip(rows, outboxes, plans, results, strict=True)
         )
 
+    def _am_item(
+        self, row: dict[str, Any], outbox: list[dict[str, Any]], i: int, now: float
+    ) -> dict[str, Any]:
+        """Item ``i`` of a plan (:meth:`_am_plan`) as posted: a resolution owed (``i >= 0``),
+        the firing alert (-1, -2) or kept cause ``-3 - i`` (:data:`KEPT`)."""
+        if i >= 0:
+            return dict(outbox[i]["alert"])
+        if i > -3:
+            return self.alertmanager_alert(row)
+        return self.alertmanager_alert(self._kept_row(row["delivery"][KEPT][-3 - i], now))
+
     def _am_plan(
         self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
     ) -> tuple[bool, dict[str, list[int]]]:
         """``(due, plan)``: whether ``row``'s firing alert is due (its first post or its re-send),
-        and what each Alertmanager URL gets of it: indices into ``outbox``, then -1 (the firing
-        alert, due) or -2 (the firing alert, not due, after the resolutions owed). A resolution
+        and what each Alertmanager URL gets of it: indices into ``outbox``, then the kept causes
+        (:data:`KEPT`, ``-3 - j`` for the j-th), then -1 (the firing alert, due) or -2 (the firing
+        alert, not due, after the resolutions owed). A resolution
         that URL refused on its own comes after the others owed, so that they are tried first
         (with the refusal budget spent, only an entry's first resolution is posted alone)."""
         for e in outbox:  # an instance no longer configured cannot take it any more (a URL
@@ -1579,6 +1750,9 @@ class Notifier:
             owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
             owed.sort(key=lambda i: url in outbox[i].get("refused_by", ()))  # (stable)
             items = owed + [-1 if due else -2] * (due or (firing and bool(owed)))
+            if items and items[-1] < 0:  # the kept causes (KEPT) go with the firing alert
+                kept = len((row.get("delivery") or {}).get(KEPT) or []) if firing else 0
+                items[-1:-1] = [-3 - j for j in range(kept)]
             if items:
                 plan[url] = items
         return due, plan
@@ -1927,15 +2101,24 @@ class Notifier:
                 "cause on the current graph (its alerts name none of its nodes); the incident is "
                 "open"
             )
+        elif because == CLEARED:
+            text = (
+                f":white_check_mark: Root cause {node} of {link} cleared: its alerts resolved; "
+                "the incident is open"
+            )
         elif resolved:
             text = f":white_check_mark: Resolved {link} (root cause was {node})"
         else:  # a change of severity alone is said here (the old alert's end is not)
             was = (row.get("delivery") or {}).get(SEVERITY_WAS)
+            kept = (row.get("delivery") or {}).get(KEPT) or []
+            also = ", ".join(code_span(k["labels"]["cause_node"]) for k in kept)
             text = (
-                f":rotating_light: Root cause of {link}: {node}"
+                f":rotating_light: {'A further root cause' if kept else 'Root cause'} of "
+                f"{link}: {node}"
                 + (f" ({mrkdwn(isolate(a['fault_type']))})" if a.get("fault_type") else "")
                 + (f", now {mrkdwn(lab['severity'])} (was {mrkdwn(was)})" if was else "")
                 + f", score {a['score']}, cluster {cluster}\nPath: {path}"
+                + (f"\nStill a cause (its alerts fire): {also}" if kept else "")
             )
         return {
             "text": text,

@@ -183,7 +183,10 @@ def test_a_restart_neither_repeats_nor_forgets(app: TestClient) -> None:
     assert len(rec.calls) == first  # settled again on the same cause: nothing new to say
 
 
-def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
+def test_a_changed_top_cause_keeps_the_old_alert_while_its_alerts_fire(app: TestClient) -> None:
+    """The top cause changes while the alerts on the first cause's own node still fire: its
+    alert keeps firing (same labels) beside the new one, and the chat hears of a further cause,
+    not of a withdrawal (``notify.KEPT``)."""
     rec, clock = Recorder(), Clock()
     n = notifier(app, rec, clock)
     n.poll()
@@ -193,6 +196,7 @@ def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
     services = app.app.state.services
     causes = inc["causes"][1:] + inc["causes"][:1]
     services.db.set_incident_rca(inc["id"], causes, "test", None)
+    first = [a["labels"] for body in rec.to(AM + "/api/v2/alerts") for a in body]
     rec.calls.clear()
     n.poll()
     assert rec.calls == []  # the new top has not settled yet
@@ -201,14 +205,12 @@ def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
     posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
     old = [a for a in posted if a["labels"]["cause_node"] == TRUE_ROOT]
     new = [a for a in posted if a["labels"]["cause_node"] == causes[0]["node"]]
-    assert len(old) == 1 and old[0]["endsAt"]
+    assert len(old) == 1 and "endsAt" not in old[0]
+    assert old[0]["labels"] in first  # the same alert, its severity as it was
     assert len(new) == 1 and "endsAt" not in new[0]
-    assert old[0]["annotations"]["resolved_because"] == "root cause changed"
-    # the chat message says the cause changed: the incident is open (it said "Resolved")
     hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
-    withdrawn = next(h for h in hooks if h["fleetmind"]["status"] == "resolved")
-    assert "changed" in withdrawn["text"] and "Resolved" not in withdrawn["text"]
-    assert withdrawn["fleetmind"]["resolved_because"] == "root cause changed"
+    assert [h["fleetmind"]["status"] for h in hooks] == ["firing"]
+    assert "A further root cause" in hooks[0]["text"] and "withdrawn" not in hooks[0]["text"]
 
 
 def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:

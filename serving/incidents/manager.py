@@ -13,10 +13,14 @@ thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending al
    opening one (:class:`fleetmind.serving.incidents.grouper.Grouper`), so a storm that resolves
    while it is grouped, batch after batch, stays one incident;
 4. re-runs the served RCA analyzer on every incident that gained evidence (an alert grouped for the
-   first time, or one firing again) and stores the ranked causes. Resolutions alone do not re-rank:
-   an incident keeps the causes ranked while its alerts fired (a storm recovering root first would
-   otherwise move its top cause to a symptom and page on-call again). An incident none of whose
-   alerts matches a graph node gets no causes (there is nothing to rank; it is never notified).
+   first time, or one firing again) and stores the ranked causes. Resolutions alone do not re-rank
+   (a storm recovering root first would otherwise move its top cause to a symptom and page on-call
+   again), but for one: the last firing alert on the top cause's own node resolved while another
+   ranked cause, with at least :data:`LIVE_CAUSE_SHARE` of the score, still has a firing alert on
+   its own node (:func:`live_ranking`). Then a second fault outlived the first, and the incident is
+   ranked on its firing alerts, so that the fault still firing is named again. An incident none of
+   whose alerts matches a graph node gets no causes (there is nothing to rank; it is never
+   notified).
 
 The SQL is in :mod:`fleetmind.serving.incidents.store`. Because the pending flag is durable, alerts
 stored just before a crash are grouped after the restart. Replicas on one database elect one worker
@@ -34,13 +38,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.rca.incident_graph import incident_graph
 from fleetmind.serving.alertmap import node_for_alert
-from fleetmind.serving.db import Database, LeaderLock, is_input_error
+from fleetmind.serving.db import Database, LeaderLock, alerts, incidents, is_input_error
 from fleetmind.serving.incidents.grouper import ClosedIncident, Grouper
 from fleetmind.serving.incidents.store import IncidentStore, alert_dict
 from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
@@ -71,6 +76,27 @@ def is_data_source_state(row: dict[str, Any]) -> bool:
     newlines), so the alert and its resolution are judged alike."""
     reason = row.get("state_reason")
     return isinstance(reason, str) and reason.strip(" ").lower() in DATA_SOURCE_REASONS
+
+
+LIVE_CAUSE_SHARE = 0.05
+"""Least score of a ranked cause other than the top for a resolution to re-rank its incident
+(:func:`live_ranking`): two unrelated faults share a single-root ranking (the example XID and
+host-down storms together: 0.59 and 0.41), while what a single fault breaks is ranked near 0
+(0.001 for the XID storm's host)."""
+
+
+def live_ranking(causes: list[dict[str, Any]], firing_nodes: set[str]) -> bool:
+    """Whether an incident ranked ``causes`` (stored, best first) is to be ranked on its firing
+    alerts alone, their nodes ``firing_nodes``: no firing alert is left on the top cause's own
+    node, while another cause with a score of at least :data:`LIVE_CAUSE_SHARE` has one on its
+    own node (a second fault outlived the top one). Nodes under a cause (a GPU under a host) do
+    not count for it: they are causes of their own."""
+    if not causes or not firing_nodes or causes[0].get("node") in firing_nodes:
+        return False
+    return any(
+        c.get("node") in firing_nodes and float(c.get("score") or 0.0) >= LIVE_CAUSE_SHARE
+        for c in causes[1:]
+    )
 
 
 RANK_RETRY_S = 5.0
@@ -474,6 +500,7 @@ class IncidentManager:
                 # a resolved incident late resolutions joined keeps the ranking that paged
                 evidence -= self.grouper.late_joined()
                 self.store.mark_grouped(conn, done)
+                evidence |= self._outlived(conn, touched - evidence - self.grouper.late_joined())
                 if touched:
                     counts = self.store.counts(conn, touched)
                     self.store.write_counts(conn, self.grouper.settle(counts), now, evidence)
@@ -540,6 +567,27 @@ class IncidentManager:
         # never before the incident's first alert
         self.grouper.widen(inc_id, row["starts_ts"])
         return inc_id, node
+
+    @staticmethod
+    def _outlived(conn: Connection, ids: set[int]) -> set[int]:
+        """Of the open incidents ``ids`` that gained no evidence, those a resolution leaves to be
+        ranked on their firing alerts (:func:`live_ranking`)."""
+        if not ids:
+            return set()
+        i, a = incidents.c, alerts.c
+        q = select(i.id, i.causes).where(i.id.in_(sorted(ids)), i.status == "open")
+        ranked = {int(r[0]): r[1] for r in conn.execute(q) if r[1]}
+        if not ranked:
+            return set()
+        firing: dict[int, set[str]] = {k: set() for k in ranked}
+        q2 = (
+            select(a.incident_id, a.node)
+            .where(a.incident_id.in_(sorted(ranked)), a.status == "firing", a.node.is_not(None))
+            .distinct()
+        )
+        for inc_id, node in conn.execute(q2):
+            firing[int(inc_id)].add(str(node))
+        return {k for k, causes in ranked.items() if live_ranking(causes, firing[k])}
 
     def _closed_for_late(
         self, conn: Connection, rows: list[dict[str, Any]]
@@ -611,11 +659,12 @@ class IncidentManager:
             return
         start = time.perf_counter()
         try:
-            alerts = [alert_dict(r) for r in rows]
-            graph, alerts = incident_graph(graph, alerts)  # + the pod-to-GPU edges alerts name
-            result = model.impl.find_root_causes(graph, alerts, self.config.top_k)
-            symptom = named_symptom(graph, alerts, self.config.slo_alerts)
-            result = anchor_result(result, graph, alerts, symptom)
+            result = self._find(model, graph, rows)
+            firing = [r for r in rows if r["status"] == "firing"]
+            nodes = {str(r["node"]) for r in firing if r["node"] is not None}
+            if live_ranking([c.to_json() for c in result.causes], nodes):
+                # a second fault outlived the top one: ranked on what still fires, it is named
+                result = self._find(model, graph, firing)
         except Exception as err:
             log.warning("RCA failed on incident %s: %s", inc_id, err)
             return
@@ -638,6 +687,14 @@ class IncidentManager:
             result.model_version or model.version,
             ranked_state=state,
         )
+
+    def _find(self, model: Any, graph: Any, rows: list[dict[str, Any]]) -> Any:
+        """The served analyzer's anchored ranking of stored alerts ``rows`` on ``graph``."""
+        found = [alert_dict(r) for r in rows]
+        graph, found = incident_graph(graph, found)  # + the pod-to-GPU edges alerts name
+        result = model.impl.find_root_causes(graph, found, self.config.top_k)
+        symptom = named_symptom(graph, found, self.config.slo_alerts)
+        return anchor_result(result, graph, found, symptom)
 
     def _set_gauge(self) -> None:
         """Export the open incidents this process groups (the leader, or a caller grouping)."""
