@@ -60,15 +60,24 @@ standalone chart's ``dcgm-exporter-*``): the exporter, never the workload its se
 OVERRIDE_LABEL = "fleetmind_node"
 """An alert label whose value is a node id maps the alert to that node directly."""
 
-NODE_NAME_LABELS = ("kubernetes_node", "node_name", "Hostname", "hostname", "host")
+NODE_NAME_LABELS = ("kubernetes_node", "Hostname", "hostname")
 """Labels that stand in for a missing ``node`` when their value names a host of the graph, in this
-order (then ``instance``'s host): ``kubernetes_node`` from the common relabelling of
-``__meta_kubernetes_pod_node_name``, ``node_name`` from Promtail's (grafana/helm-charts
-``charts/promtail/values.yaml``, ``snippets.common``: the stream label of every pod log, so of a
-Loki ruler alert grouped by node), ``Hostname`` of dcgm-exporter (``hostname`` in its newest
-code), ``host`` of a systemd journal stream (Loki's "Configure Promtail" journal example relabels
-``__journal__hostname`` to ``host``). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``:
-a value that names a pod of the graph stands for the host that pod runs on."""
+order (then :data:`HOST_NAME_LABELS`, then ``instance``'s host): ``kubernetes_node`` from the
+common relabelling of ``__meta_kubernetes_pod_node_name``, ``Hostname`` of dcgm-exporter
+(``hostname`` in its newest code). dcgm-exporter in a pod without ``hostNetwork`` reports its own
+pod name as ``Hostname``: a value that names a pod of the graph stands for the host that pod runs
+on."""
+
+HOST_NAME_LABELS = ("node_name", "host")
+"""Labels that stand in for a missing ``node`` only on an alert without a ``pod`` label, and only
+when their value names a host of the graph (never a pod): ``node_name`` from Promtail's chart
+(grafana/helm-charts ``charts/promtail/values.yaml``, ``snippets.common``: the stream label of
+every pod log, so of a Loki ruler alert grouped by node), ``host`` of a systemd journal stream
+(Loki's "Configure Promtail" journal example relabels ``__journal__hostname`` to ``host``). On a
+pod's own series they name something else: Telegraf sets ``host`` to ``os.Hostname()``, the pod's
+own name, and a pod's log stream carries ``node_name`` beside ``pod``; such an alert stays on its
+pod. A host named this way counts as one named by ``instance``'s address alone (see
+:meth:`DependencyGraph.is_scrape_target`): only a DaemonSet's pod is then the exporter."""
 
 WORKLOAD_LABELS = {
     "deployment": "Deployment",
@@ -302,7 +311,8 @@ class DependencyGraph:
           exported ones are the subject's.
         * A missing ``node`` is taken from the first of :data:`NODE_NAME_LABELS` that names a host
           of the graph, or a pod of the graph that runs on one host (dcgm-exporter without
-          ``hostNetwork`` reports its pod's name as ``Hostname``): that host; else from
+          ``hostNetwork`` reports its pod's name as ``Hostname``): that host; else, without a
+          ``pod`` label, from the first of :data:`HOST_NAME_LABELS` that names a host; else from
           ``instance`` without its port (a URL's host), or the host that address is one of the
           ``addresses`` of (node-exporter's ``instance`` is ``<InternalIP>:9100`` without
           relabelling). Pod names
@@ -315,8 +325,8 @@ class DependencyGraph:
     def _subject(self, labels: dict[str, str]) -> tuple[dict[str, str], bool]:
         """:meth:`alert_subject`'s labels, and whether their ``node`` names a host by a node label
         of the alert (``node`` itself or one of :data:`NODE_NAME_LABELS`) rather than by
-        ``instance``'s address alone (a ``hostNetwork`` pod's ``instance`` is its host's address
-        too: etcd's, the API server's)."""
+        ``instance``'s address or a :data:`HOST_NAME_LABELS` label alone (a ``hostNetwork`` pod's
+        ``instance`` is its host's address too: etcd's, the API server's)."""
         if "" in labels.values():
             labels = {k: v for k, v in labels.items() if v != ""}
         if "cluster" not in labels:
@@ -337,6 +347,10 @@ class DependencyGraph:
                 host = value if value in hosts else _in_cluster(self._pod_hosts(), cluster, value)
                 if host is not None:
                     return {**labels, "node": host}, True
+            if "pod" not in labels:
+                for key in HOST_NAME_LABELS:
+                    if labels.get(key) in hosts:
+                        return {**labels, "node": labels[key]}, False
             if "instance" in labels:
                 addr = instance_address(labels["instance"])
                 host = _in_cluster(self._host_addresses(), cluster, addr)
@@ -377,13 +391,16 @@ class DependencyGraph:
           (node-exporter's ``<InternalIP>:9100`` on a new node), every member must record a
           DaemonSet ``owner``: a Service of pods without recorded owners (a hand-written graph)
           whose ``instance`` is a pod's own address keeps the alert.
+        * A prober: a pod of the alert's Service that probes elsewhere (:meth:`probes_elsewhere`),
+          or the Service itself when none of its member pods holds the probed address
+          (:meth:`probing_service`: the prober's pod after a rollout, not in the graph yet).
         """
         kind = self.nodes[i].kind
         objects = not labels.keys().isdisjoint(OBJECT_LABELS)
         if kind == "service":
             if self.nodes[i].match.get("service") != labels.get("service"):
                 return False
-            if objects:
+            if objects or self.probing_service(i, labels):
                 return True
             if "node" not in labels and "gpu" not in labels:
                 return False
@@ -414,30 +431,35 @@ class DependencyGraph:
         ``prometheus-snmp-exporter`` (``templates/servicemonitor.yaml``) set ``instance`` to the
         probe's target and ``target`` to its name in ``metricRelabelings``, so each probe series
         keeps the exporter's ``pod``/``namespace``/``service``/``container``/``endpoint``. The pod
-        is the prober when ``instance``'s address (:func:`instance_address`) is none of its own
-        (attr ``addresses``, its ``status.podIPs``, or its name) and the alert shows a probe: a URL
-        ``instance``, one without a port, one whose address is a host's of the graph, or a
-        ``target`` label. An alert with ``exported_pod``/``exported_namespace`` is about that pod;
-        an exporter's own alerts (``instance`` its pod IP and port) stay on it, and so do those of
-        a StatefulSet pod that came back with a new IP under its old name. On a graph built without
-        pod ``addresses`` only a URL ``instance`` shows a prober (a pod's own scrape never is one):
+        is the prober when the alert shows a probe (:func:`shows_probe`: a URL ``instance`` or a
+        ``target`` label) and ``instance``'s address (:func:`instance_address`) is none of its own
+        (attr ``addresses``, its ``status.podIPs``, or its name). An ``instance`` without a port,
+        or one naming a host, shows no probe by itself: an app's ``instance`` relabelled to
+        ``ranker`` or to its node's name, a StatefulSet pod back under its old name with a new IP,
+        a ``hostNetwork`` pod (``etcdNoLeader`` with ``instance`` ``cp-0``) keep their alerts. An
+        alert with ``exported_pod``/``exported_namespace`` is about that pod; an exporter's own
+        alerts (``instance`` its pod IP and port) stay on it. On a graph built without pod
+        ``addresses`` only a URL ``instance`` shows a prober (a pod's own scrape never is one):
         rebuild the graph to have ICMP, TCP and SNMP probes land on their targets.
         """
-        instance = labels.get("instance")
-        if instance is None or "exported_pod" in labels or "exported_namespace" in labels:
+        if not shows_probe(labels):
             return False
-        node, url = self.nodes[i], "://" in instance
+        node, instance = self.nodes[i], labels["instance"]
         addresses = node.attrs.get("addresses")
         if not isinstance(addresses, list):
-            return url
-        address = instance_address(instance)
+            return "://" in instance
         own = {canonical_address(str(a)) for a in addresses} | {str(node.match.get("pod"))}
-        if address in own:
+        return instance_address(instance) not in own
+
+    def probing_service(self, i: int, labels: Mapping[str, str]) -> bool:
+        """Whether Service ``i``, matched by an alert's ``service`` label, is a prober's Service
+        whose alert shows a probe (:func:`shows_probe`) of an address none of its member pods
+        holds (:meth:`probes_elsewhere` for each; a Service without members holds none). After a
+        rollout the prober's new pod is not in the graph yet, so the alert matches its Service:
+        the probe still lands on its target, not on the Service."""
+        if not shows_probe(labels):
             return False
-        if url or "target" in labels or not instance_has_port(instance):
-            return True
-        host = _in_cluster(self._host_addresses(), labels.get("cluster"), address)
-        return host is not None or address in self._host_names()
+        return all(self.probes_elsewhere(j, labels) for j in self._service_members().get(i, ()))
 
     def _daemon_service(self, i: int, strict: bool = False) -> bool:
         """Whether Service ``i`` has member pods and all are :meth:`_daemon_pod`'s (with
@@ -886,6 +908,17 @@ def instance_address(instance: str) -> str:
     except ValueError:
         return canonical_address(text.rpartition(":")[0] if ":" in text else text)
     return canonical_address(text)
+
+
+def shows_probe(labels: Mapping[str, str]) -> bool:
+    """Whether an alert's labels show a blackbox- or SNMP-exporter probe: a URL ``instance``
+    (``https://10.0.1.10/healthz``) or the ``target`` label both prometheus-community charts set
+    on every probe series (``templates/servicemonitor.yaml``, ``metricRelabelings``), and no
+    ``exported_pod``/``exported_namespace`` (an alert about that pod)."""
+    instance = labels.get("instance")
+    if instance is None or "exported_pod" in labels or "exported_namespace" in labels:
+        return False
+    return "://" in instance or "target" in labels
 
 
 def instance_has_port(instance: str) -> bool:

@@ -154,8 +154,6 @@ PROBES = [
     # blackbox TCP to a host's ssh port
     ({**BB, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.11:22", "target": "a1-ssh"},
      f"{C}/host/gpu-a100-1"),
-    # ... without the chart's target label: the address is a host's of the graph
-    ({**BB, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.11:22"}, f"{C}/host/gpu-a100-1"),
     # blackbox HTTP probe: instance is the URL
     ({**BB, "alertname": "BlackboxProbeHttpFailure", "instance": "https://10.0.1.10:443/healthz",
       "target": "a0-https"}, f"{C}/host/gpu-a100-0"),
@@ -194,7 +192,70 @@ OWN = [
     ({"alertname": "etcdNoLeader", "job": "kube-etcd", "namespace": "kube-system", "pod": "etcd-cp-0",
       "service": "kps-kube-etcd", "endpoint": "http-metrics", "instance": "10.0.1.5:2381"},
      f"{C}/pod/kube-system/etcd-cp-0"),
+    # ... with instance relabelled to its node's name (docs/graph.md: stays on the etcd pod)
+    ({"alertname": "etcdNoLeader", "job": "kube-etcd", "namespace": "kube-system", "pod": "etcd-cp-0",
+      "service": "kps-kube-etcd", "endpoint": "http-metrics", "instance": "cp-0"},
+     f"{C}/pod/kube-system/etcd-cp-0"),
 ]  # fmt: skip
+
+RANKER = {"job": "ranker", "namespace": "ml", "pod": "ranker-7f9c6d5b4-abcde", "service": "ranker",
+          "container": "ranker", "endpoint": "metrics", "alertname": "RankerSlow"}  # fmt: skip
+"""An app pod's own series, scraped through its Service's ServiceMonitor."""
+
+APP_OWN = [
+    # instance relabelled to a fixed name without a port
+    {**RANKER, "instance": "ranker"},
+    # instance relabelled from __meta_kubernetes_pod_node_name: its node's name
+    {**RANKER, "instance": "gpu-a100-0"},
+    # Telegraf's host label is os.Hostname(): the pod's own name
+    {**RANKER, "instance": "10.244.0.115:8080", "host": "ranker-7f9c6d5b4-abcde"},
+    # a node_name label on the pod's series (Promtail-style relabelling)
+    {**RANKER, "instance": "10.244.0.115:8080", "node_name": "gpu-a100-0"},
+    {**RANKER, "instance": "10.244.0.115:8080", "host": "gpu-a100-0"},
+    # the app's own scrape with a target label of its own: instance is its pod IP
+    {**RANKER, "instance": "10.244.0.115:8080", "target": "ranker"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("labels", APP_OWN)
+def test_an_app_pods_own_alert_is_no_probe(graph: DependencyGraph, labels: dict[str, str]) -> None:
+    """Neither a port-less or host-named ``instance`` nor a ``host``/``node_name`` label moves an
+    app pod's alert to its host or to the cluster: only a URL ``instance`` or a ``target`` label
+    shows a probe."""
+    assert _both(graph, labels) == f"{C}/pod/ml/ranker-7f9c6d5b4-abcde"
+
+
+def test_a_recreated_statefulset_pod_keeps_its_portless_alert(graph: DependencyGraph) -> None:
+    """A StatefulSet pod back under its old name with a new IP, ``instance`` without a port."""
+    labels = {"alertname": "PrometheusBad", "job": "kps-prometheus", "namespace": "monitoring",
+              "pod": "prometheus-kps-prometheus-0", "service": "kps-prometheus",
+              "container": "prometheus", "endpoint": "http-web", "instance": "10.244.0.201"}  # fmt: skip
+    assert _both(graph, labels) == f"{C}/pod/monitoring/prometheus-kps-prometheus-0"
+
+
+ROLLED_BB = {**BB, "pod": "blackbox-prometheus-blackbox-exporter-5d9c8b7f6-zzzzz"}
+ROLLED_SNMP = {**SNMP, "pod": "snmp-prometheus-snmp-exporter-6c8d7b5f4-zzzzz"}
+"""The probers' target labels after a rollout: a pod the graph does not hold yet."""
+
+
+@pytest.mark.parametrize(
+    ("labels", "node"),
+    [
+        ({**ROLLED_BB, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.10", "target": "a0"},
+         f"{C}/host/gpu-a100-0"),
+        ({**ROLLED_BB, "alertname": "BlackboxProbeHttpFailure", "instance": "https://10.0.1.10/",
+          "target": "a0"}, f"{C}/host/gpu-a100-0"),
+        ({**ROLLED_SNMP, "alertname": "SwitchInterfaceDown", "instance": "10.0.1.254",
+          "target": "tor-1", "component": "tor-1"}, f"{C}/net/tor-1"),
+        # the new prober pod's own alert (no probe shown) keeps its Service
+        ({**ROLLED_BB, "alertname": "BlackboxExporterDown", "instance": "10.244.0.140:9115"},
+         f"{C}/svc/monitoring/blackbox-prometheus-blackbox-exporter"),
+    ],
+)  # fmt: skip
+def test_a_rolled_out_probers_probe_lands_on_its_target(
+    graph: DependencyGraph, labels: dict[str, str], node: str
+) -> None:
+    assert _both(graph, labels) == node
 
 
 @pytest.mark.parametrize(("labels", "node"), OWN)
@@ -236,21 +297,25 @@ def test_a_graph_without_pod_addresses_knows_a_prober_by_a_url_only() -> None:
     assert _both(old, own) == f"{C}/pod/monitoring/{BB_POD}"
 
 
-def test_a_tor_switch_down_ranks_the_switch_not_the_snmp_exporter(graph: DependencyGraph) -> None:
+@pytest.mark.parametrize(("snmp", "bb"), [(SNMP, BB), (ROLLED_SNMP, ROLLED_BB)])
+def test_a_tor_switch_down_ranks_the_switch_not_the_snmp_exporter(
+    graph: DependencyGraph, snmp: dict[str, str], bb: dict[str, str]
+) -> None:
     """The first minutes of a ToR failure (before ``KubeNodeNotReady``'s ``for: 15m``): SNMP
-    interface-down alerts and blackbox ICMP failures of the two hosts, chart-labelled."""
+    interface-down alerts and blackbox ICMP failures of the two hosts, chart-labelled (each with
+    its ``target``), from the probers in the graph and from probers rolled out since."""
     from fleetmind.rca.gat_analyzer import GATAnalyzer
     from fleetmind.rca.incident_graph import incident_graph
 
     alerts: list[dict[str, Any]] = []
     for s, labels in enumerate(
         [
-            {**SNMP, "alertname": "SwitchInterfaceDown", "instance": "10.0.1.254",
-             "component": "tor-1", "ifName": "Ethernet1/3"},
-            {**SNMP, "alertname": "SwitchInterfaceDown", "instance": "10.0.1.254",
-             "component": "tor-1", "ifName": "Ethernet1/4"},
-            {**BB, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.10"},
-            {**BB, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.11"},
+            {**snmp, "alertname": "SwitchInterfaceDown", "instance": "10.0.1.254",
+             "target": "tor-1", "component": "tor-1", "ifName": "Ethernet1/3"},
+            {**snmp, "alertname": "SwitchInterfaceDown", "instance": "10.0.1.254",
+             "target": "tor-1", "component": "tor-1", "ifName": "Ethernet1/4"},
+            {**bb, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.10", "target": "a0"},
+            {**bb, "alertname": "BlackboxProbeFailed", "instance": "10.0.1.11", "target": "a1"},
         ]
     ):  # fmt: skip
         alerts.append(
