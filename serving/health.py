@@ -460,8 +460,11 @@ def health_service(services: Services) -> HealthService:
     return hs
 
 
-def healthy_nodes(services: Services, telemetry: Any, snapshot: FleetSnapshot) -> set[str] | None:
-    """Names of the nodes in clusters at or above ``FLEETMIND_HEALTH_MIN``; None when every
+def healthy_nodes(
+    services: Services, telemetry: Any, snapshot: FleetSnapshot
+) -> set[tuple[str, str]] | None:
+    """``(cluster, node name)`` of the nodes in clusters at or above ``FLEETMIND_HEALTH_MIN``, the
+    placers' ``allowed`` (pairs: a node name may recur in another cluster); None when every
     cluster qualifies (or there is one cluster, or health is unknown): no restriction."""
     clusters = {n.cluster for n in snapshot.nodes}
     if len(clusters) < 2:
@@ -472,7 +475,7 @@ def healthy_nodes(services: Services, telemetry: Any, snapshot: FleetSnapshot) -
            and health[c].health is not None}  # fmt: skip
     if not low:
         return None
-    return {n.name for n in snapshot.nodes if n.cluster not in low}
+    return {(n.cluster, n.name) for n in snapshot.nodes if n.cluster not in low}
 
 
 # ------------------------------------------------------------------ cluster names: graph, telemetry, alerts

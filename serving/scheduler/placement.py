@@ -17,8 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fleetmind.data.errors import ConfigError
 from fleetmind.data.fleet_io import telemetry_template_for
-from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MODELS
+from fleetmind.data.gpu_alloc import best_gpu_set
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, GPU_MODELS
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 from fleetmind.envs.policies import make_policy
@@ -239,11 +241,21 @@ class Placer(Protocol):
         ``score`` does not depend on ``k``; a CPU-only job's options are in
         :func:`cpu_nodes_first`'s order.
 
-        ``allowed``: node names the job may go to (all when None; the rest of the snapshot still
-        forms the state the policy sees). ``alternative_gpus=False``: options after the first may
+        ``allowed``: the ``(cluster, node name)`` pairs the job may go to (all when None; the rest
+        of the snapshot still forms the state the policy sees; :func:`node_allowed`). ``alternative_gpus=False``: options after the first may
         leave ``gpus`` empty (a caller that only ranks nodes saves the GPU choice per node).
         """
         ...
+
+
+def node_allowed(allowed: Collection[Any] | None, cluster: str, name: str) -> bool:
+    """Whether a placer's ``allowed`` admits the node ``name`` of ``cluster`` (all when None).
+
+    ``allowed`` holds ``(cluster, node name)`` pairs (:func:`fleetmind.serving.health.healthy_nodes`):
+    a node is matched in its own cluster, so a same-named node of another cluster is not admitted.
+    A bare node name is also read, for a caller that pins ``JobSpec.cluster`` itself (the scheduler
+    extender, whose candidates are one cluster's nodes)."""
+    return allowed is None or (cluster, name) in allowed or name in allowed
 
 
 class Reservations:
@@ -303,8 +315,11 @@ class BestFitPlacer:
     """Best fit: the node (and GPUs) that leave the least free GPU capacity behind.
 
     Among GPUs that can hold the request, the fullest are chosen (packing, which keeps whole GPUs
-    and whole nodes free for large jobs); multi-GPU jobs prefer a contiguous block of indices (the
-    same NVLink island / PCIe switch on common servers).
+    and whole nodes free for large jobs). A job of several whole GPUs gets the node's best-linked
+    set of idle GPUs (:func:`topology_gpus`: most NVLinks, then the same PCIe switch and CPU
+    socket, on the node's topology template); a job of several time-slicing replicas gets the
+    tightest contiguous block of indices that fits. Nodes rank by the free GPU capacity they
+    leave (least first), then by the index span of the chosen GPUs.
     """
 
     name = "builtin-bestfit"
@@ -324,7 +339,7 @@ class BestFitPlacer:
         for node in snapshot.nodes:
             if job.cluster is not None and node.cluster != job.cluster:
                 continue
-            if allowed is not None and node.name not in allowed:
+            if not node_allowed(allowed, node.cluster, node.name):
                 continue
             if job.cpu_milli and node.cpu_milli:
                 if (
@@ -348,7 +363,7 @@ class BestFitPlacer:
             fits = [(i, f) for i, f in free if f >= job.gpu_milli]
             if len(fits) < job.num_gpu:
                 continue
-            chosen = _choose(fits, job.num_gpu)
+            chosen = _choose(fits, job.num_gpu, node if job.gpu_milli >= 1000 else None)
             leftover = total_free - job.num_gpu * job.gpu_milli
             spread = (max(chosen) - min(chosen) + 1 - len(chosen)) if chosen else 0
             options.append(
@@ -358,11 +373,18 @@ class BestFitPlacer:
         return (options if job.num_gpu else cpu_nodes_first(options, snapshot.nodes))[:k]
 
 
-def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
-    """Pick ``n`` GPUs: the fullest that fit; for n > 1 the tightest contiguous index window."""
+def _choose(fits: list[tuple[int, int]], n: int, node: NodeState | None = None) -> list[int]:
+    """Pick ``n`` GPUs of ``fits`` (``[(gpu index, free milli)]``, each able to hold the request):
+    the fullest for n == 1; for n > 1 on ``node`` (a whole-GPU job: ``fits`` are idle GPUs) the
+    best-linked set (:func:`topology_gpus`), else the tightest contiguous index window."""
     by_fill = sorted(fits, key=lambda t: (t[1], t[0]))
     if n == 1:
         return [by_fill[0][0]]
+    if node is not None:
+        pos = {g.index: p for p, g in enumerate(node.gpus)}
+        linked = topology_gpus(node, [pos[i] for i, _ in fits if i in pos], n, len(node.gpus))
+        if linked is not None:
+            return sorted(node.gpus[p].index for p in linked)
     idx = sorted(i for i, _ in fits)
     best: list[int] | None = None
     for s in range(len(idx) - n + 1):
@@ -370,6 +392,30 @@ def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
         if best is None or window[-1] - window[0] < best[-1] - best[0]:
             best = window
     return best if best is not None else sorted(i for i, _ in by_fill[:n])
+
+
+def topology_gpus(
+    node: NodeState, idle: Sequence[int], n: int, slots: int
+) -> tuple[int, ...] | None:
+    """The best-linked ``n`` of a node's idle GPUs, as positions in ``node.gpus``.
+
+    ``idle``: positions (0-based, below ``slots``) of the GPUs free for a whole-GPU job;
+    ``slots``: how many of the node's GPUs the choice sees (the placement state's 8, or all).
+    The choice is :func:`fleetmind.data.gpu_alloc.best_gpu_set` (NVIDIA go-gpuallocator's pair
+    scores, greedy rule) on the node's template (:func:`fleetmind.data.fleet_io.telemetry_template_for`
+    of its GPU model, as :class:`~fleetmind.envs.policies.topology.TopologyBestEffort` reads it):
+    more NVLinks first, then GPUs under one PCIe switch, then one CPU socket. ``None`` when fewer
+    than ``n`` are idle or the node has no template for ``slots`` GPUs (the caller keeps its own
+    choice)."""
+    if n < 2 or len(idle) < n or slots < 1:
+        return None
+    try:
+        template = telemetry_template_for(_board_model(node), slots)
+        free = np.zeros(template.n_gpus, dtype=bool)
+        free[[p for p in idle if 0 <= p < template.n_gpus]] = True
+        return best_gpu_set(template, free, n)
+    except (ConfigError, KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -595,7 +641,9 @@ class PeerPolicyPlacer:
         if job.cluster is not None:
             mask &= np.array([x.cluster == job.cluster for x in nodes])
         if allowed is not None:
-            mask &= np.fromiter((x.name in allowed for x in nodes), dtype=bool, count=n)
+            mask &= np.fromiter(
+                (node_allowed(allowed, x.cluster, x.name) for x in nodes), dtype=bool, count=n
+            )
         if not mask.any():
             return []
         # a CPU-only job: every feasible node, so that nodes without GPUs can come first
@@ -614,9 +662,24 @@ class PeerPolicyPlacer:
                     g = gpus
                 else:
                     g = state.choose_gpus(pod, i) if alternative_gpus and gpu_job else ()
+                g = self._linked(state, pod, nodes[i], i, g)
                 idx = [nodes[i].gpus[int(j)].index for j in np.asarray(g).tolist()]
                 out.append(Option(nodes[i].cluster, nodes[i].name, tuple(idx), float(scores[i])))
         return out if gpu_job else cpu_nodes_first(out, nodes)[:k]
+
+    def _linked(
+        self, state: ClusterState, pod: Pod, node: NodeState, row: int, gpus: Any
+    ) -> np.ndarray:
+        """``gpus`` (slots of ``row``) of a job of several whole GPUs replaced by the best-linked
+        idle GPUs of the node (:func:`topology_gpus`): the policies' scores (FGD's fragmentation,
+        BestFit's fit) do not depend on which idle GPUs such a job takes, so their pick follows
+        slot order, across CPU sockets and NVLink islands. TopologyBestEffort's own pick is kept
+        (it chooses by links, with its own allocation rule)."""
+        if pod.num_gpu < 2 or len(gpus) == 0 or type(self.policy) is TopologyBestEffort:
+            return gpus
+        idle = np.flatnonzero(state.gpu_idle[row] >= GPU_MILLI).tolist()
+        linked = topology_gpus(node, idle, pod.num_gpu, int(state.num_gpu[row]))
+        return np.asarray(gpus) if linked is None else np.asarray(linked, dtype=np.int64)
 
 
 def _after_reservations(
