@@ -75,13 +75,16 @@ def pod_json(
         ann["alibabacloud.com/gpu-count"] = str(num_gpu)
     if trace.gpu_spec[i]:
         ann["alibabacloud.com/gpu-card-model"] = str(trace.gpu_spec[i])
+    pod_name = name or str(trace.pod_names[i])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name or str(trace.pod_names[i]),
+            "name": pod_name,
             "namespace": namespace,
-            "uid": f"uid-{i:06d}",
+            # the uid kube-state-metrics lists the pod under (kube_pod_info's ``uid`` is the
+            # pod's metadata.uid): :func:`ksm_pod_info` and ``LiveFleet.bind`` write ``u-<pod>``
+            "uid": f"u-{pod_name}",
             "annotations": ann,
         },
         "spec": {
