@@ -55,6 +55,7 @@ class GraphView:
     loaded_at: float = 0.0
     _undirected: list[list[int]] | None = None
     _barriers: frozenset[int] = frozenset()
+    _shared: frozenset[int] = frozenset()
     _hood: OrderedDict[tuple[str, int], frozenset[str]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +81,14 @@ class GraphView:
         host within 2 hops of every other; reached, an incident holding an alert on it
         (``TargetDown{job="kubelet"}``) would take every later host alert of the window, joining
         unrelated hosts through it. Its alerts group with other alerts on it.
+
+        A cluster-less node that nodes of two or more clusters ``depends_on`` (shared
+        infrastructure: a global DNS, config store or model registry; :func:`shared_nodes`) is
+        reached but not crossed: it can end a path, never lie inside one. Crossed, it put every
+        service of every cluster within 2 hops of every other, so unrelated faults in different
+        clusters became one incident. Reached, an alert on it (CoreDNS down on ``global/dns``)
+        still groups with the alerts of the services that depend on it; started from, it is
+        expanded as any node, up to the next shared node (the relation stays symmetric).
         """
         key = (node_id, hops)
         with self._lock:
@@ -93,7 +102,8 @@ class GraphView:
                     adj[d].append(s)
                 self._undirected = adj
                 self._barriers = barrier_nodes(self.graph)
-            adj, barriers = self._undirected, self._barriers
+                self._shared = shared_nodes(self.graph)
+            adj, barriers, shared = self._undirected, self._barriers, self._shared
         g = self.graph
         start = g.index[node_id]
         seen = {start}
@@ -101,7 +111,7 @@ class GraphView:
         for _ in range(hops):
             nxt = []
             for v in frontier:
-                if v in barriers:
+                if v in barriers or (v in shared and v != start):
                     continue
                 for u in adj[v]:
                     if u not in seen and u not in barriers:
@@ -129,6 +139,22 @@ def barrier_nodes(graph: DependencyGraph) -> frozenset[int]:
             hosts_of.setdefault(s, set()).add(d)
     hubs = {i for i, hosts in hosts_of.items() if len(hosts) >= 2}
     return frozenset(hubs | {i for i, n in enumerate(graph.nodes) if n.kind == "cluster"})
+
+
+def shared_nodes(graph: DependencyGraph) -> frozenset[int]:
+    """Indices of the nodes :meth:`GraphView.neighbourhood` reaches but does not cross: nodes of
+    no cluster (``cluster`` unset, not ``cluster`` nodes themselves) with ``depends_on`` edges from
+    nodes of two or more clusters (shared infrastructure such as the example graph's
+    ``global/dns``, ``global/config`` and ``global/registry``, which every service of every cluster
+    depends on). A cluster-less node only one cluster depends on is crossed as any other."""
+    clusters_of: dict[int, set[str]] = {}
+    for e in graph.edges:
+        if e.kind != "depends_on":
+            continue
+        src, d = graph.nodes[graph.index[e.src]], graph.index[e.dst]
+        if src.cluster and not graph.nodes[d].cluster and graph.nodes[d].kind != "cluster":
+            clusters_of.setdefault(d, set()).add(src.cluster)
+    return frozenset(i for i, clusters in clusters_of.items() if len(clusters) >= 2)
 
 
 class GraphStore:
