@@ -63,3 +63,17 @@ def test_the_part_of_a_path_the_graph_still_has_is_kept() -> None:
     depth, tree_edges = propagation_tree(graph, "c/host/h1", {"c/pod/alert"}, path)
     assert {"c/svc/q", "c/svc/s"} <= set(depth)
     assert ("c/svc/q", "c/svc/s", "calls") in tree_edges
+
+
+def test_the_walk_does_not_cross_infrastructure_two_clusters_depend_on() -> None:
+    """A global DNS every service of two clusters depends on: reached, not crossed (incident
+    grouping's rule, ``shared_nodes``), so the tree of a c0 service does not reach c1's alerting
+    service through it; a walk from the shared node itself expands it."""
+    nodes = [GraphNode("global/dns", "service", None, {"service": "dns"})]
+    nodes += [GraphNode(f"{c}/svc/s0", "service", c, {"cluster": c}) for c in ("c0", "c1")]
+    edges = [GraphEdge(f"{c}/svc/s0", "global/dns", "depends_on") for c in ("c0", "c1")]
+    graph = DependencyGraph("shared", nodes, edges)
+    depth, _ = propagation_tree(graph, "c0/svc/s0", {"c1/svc/s0"})
+    assert "c1/svc/s0" not in depth
+    depth, _ = propagation_tree(graph, "global/dns", {"c0/svc/s0", "c1/svc/s0"})
+    assert {"c0/svc/s0", "c1/svc/s0"} <= set(depth)

@@ -26,7 +26,7 @@ from fleetmind.redact import (
     head_in_width,
     tail_in_width,
 )
-from fleetmind.serving.graphstore import barrier_nodes
+from fleetmind.serving.graphstore import barrier_nodes, shared_nodes
 
 KIND_COLOURS = {
     "service": "#2563eb",
@@ -305,8 +305,9 @@ _ADJ_LOCK = threading.Lock()
 def _adjacency(graph: DependencyGraph) -> tuple[_Adjacency, frozenset[str]]:
     """Undirected adjacency ``node -> [(neighbour, edge kind)]``, each list sorted by neighbour id
     (stable: edges between one pair keep the graph's order), and the ids of the nodes a walk does
-    not cross (:func:`~fleetmind.serving.graphstore.barrier_nodes`, incident grouping's rule:
-    ``cluster`` nodes and Services that ``runs_on`` several hosts); built once per graph object."""
+    not cross (incident grouping's rule: ``cluster`` nodes and Services that ``runs_on`` several
+    hosts, :func:`~fleetmind.serving.graphstore.barrier_nodes`, and infrastructure several clusters
+    depend on, :func:`~fleetmind.serving.graphstore.shared_nodes`); built once per graph object."""
     with _ADJ_LOCK:
         hit = _ADJ.get(graph)
         if hit is None:
@@ -316,7 +317,8 @@ def _adjacency(graph: DependencyGraph) -> tuple[_Adjacency, frozenset[str]]:
                 adj.setdefault(e.dst, []).append((e.src, e.kind))
             for nbrs in adj.values():
                 nbrs.sort(key=lambda t: t[0])
-            barriers = frozenset(graph.nodes[i].id for i in barrier_nodes(graph))
+            stops = barrier_nodes(graph) | shared_nodes(graph)
+            barriers = frozenset(graph.nodes[i].id for i in stops)
             hit = _ADJ[graph] = (adj, barriers)
         return hit
 
@@ -421,8 +423,9 @@ def propagation_tree(
 
     Breadth-first from ``cause`` over the graph's edges in both directions, up to ``max_depth``
     hops; nodes incident grouping does not cross are reached but not crossed (``cluster`` nodes,
-    and Services that ``runs_on`` several hosts, such as the kubelet's: see
-    :func:`~fleetmind.serving.graphstore.barrier_nodes`). The walk visits at most ``max_nodes``
+    Services that ``runs_on`` several hosts, such as the kubelet's, and infrastructure several
+    clusters depend on, such as a global DNS: see :func:`~fleetmind.serving.graphstore.barrier_nodes`
+    and :func:`~fleetmind.serving.graphstore.shared_nodes`). The walk visits at most ``max_nodes``
     nodes (then the returned depths' ``cut`` is set). The tree keeps the nodes on the paths to the
     first ``max_targets`` alerting nodes reached (nearest first, by true distance), and the
     ranker's own ``path``: its hops are the tree's edges (laid over the walk's tree, so a path
