@@ -3,7 +3,7 @@
 The service ranks *incidents*, not whole storms: its incident worker
 (:class:`fleetmind.serving.incidents.IncidentManager`) joins an alert to an open incident when it started
 within ``window_s`` of it and lies within ``hops`` undirected graph hops of one of its nodes (cluster
-nodes are not crossed). A storm whose cascade spans clusters, or that carries unrelated noise and
+nodes, and infrastructure several clusters depend on, are not crossed). A storm whose cascade spans clusters, or that carries unrelated noise and
 a second incident, becomes several incidents, each ranked on its own alerts.
 
 For every simulated storm of a dataset (``fleetmind rca generate``) this stores the storm's alerts

@@ -8,7 +8,8 @@ decides, for each newly grouped alert, which incident it joins:
   (the caller's ``neighbourhood`` function says which nodes those are; the service's
   :meth:`fleetmind.serving.graphstore.GraphView.neighbourhood` neither crosses nor reaches
   ``cluster`` nodes, nor nodes that run on two or more hosts such as the kubelet's Service: a
-  cluster-level alert joins only incidents on its cluster node);
+  cluster-level alert joins only incidents on its cluster node; it reaches but does not cross
+  infrastructure that nodes of several clusters depend on, such as a global DNS);
   an alert no node matches joins an incident holding its ``cluster`` label instead;
 * an alert that fits several open incidents **merges** them into the oldest (lowest id), which
   takes their time spans, nodes and clusters; the others are no longer open;
