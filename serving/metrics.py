@@ -15,6 +15,8 @@
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
 | ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
 | ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible), ``path`` (placements, filter, prioritize: the placement route or the kube-scheduler extender's) |
+| ``fleetmind_ready`` | gauge | - (1 ready, 0 not: the verdict of the last ``/readyz`` answer, or of a check at the scrape when no ``/readyz`` was answered for :data:`READY_STALE_S`) |
+| ``fleetmind_tls_handshake_failures_total`` | counter | - (TLS handshakes refused: a client certificate the scheduler CA did not sign or that expired, a client that does not trust the server's, plain HTTP to the HTTPS port; :mod:`fleetmind.serving.tls`) |
 
 ``fleetmind_model_loads_total`` is the series the ``ModelWeightLoadFailures`` rule in
 ``deploy/fleetmind-rules.yml`` watches, and ``fleetmind_incident_grouping_lag_seconds`` the
@@ -31,7 +33,11 @@ Mode"): counters and histograms summed (an exited worker's counts stay in the to
 the maximum over live workers (``livemax``). Workers that exited are found at every scrape and
 their gauge files dropped (:func:`mark_dead_workers`; uvicorn's supervisor has no hook to call
 ``mark_process_dead``). A run killed outright leaves its directory; the next start removes it
-when that is safe to judge (:func:`sweep_stale_multiprocess_dirs`). Collectors that read objects
+when that is safe to judge (:func:`sweep_stale_multiprocess_dirs`). ``fleetmind_ready`` is
+``livemostrecent``: the verdict most recently given by any live worker, whichever worker answered
+(``livemin`` would read a worker that has not yet been asked as not ready, its gauge being 0 from
+creation; ``livemax`` would hide a worker whose database fails while another's last verdict was
+1). Collectors that read objects
 of their own process (``fleetmind_cluster_health``, ``fleetmind_fleet_skew``) live on
 :attr:`Metrics.process_registry` and are answered by the worker that serves the scrape. Without the variable (one process, the
 default, and the tests) everything is on one private registry. Those files are written through
@@ -81,6 +87,11 @@ MODEL_KINDS = ("rca", "placement")
 """The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
 LOAD_RESULTS = ("success", "failure")
 """The ``result`` label of ``fleetmind_model_loads_total``."""
+READY_STALE_S = 30.0
+"""Seconds after the last readiness verdict (``/readyz``) past which a ``/metrics`` scrape checks
+readiness itself before answering (:func:`fleetmind.serving.routers.health.metrics`): where no
+probe calls ``/readyz`` (Docker's healthcheck calls ``/healthz``), ``fleetmind_ready`` is still
+the verdict of the scrape. The Kubernetes readiness probe (every 5 s) keeps it fresher."""
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus-client's multiprocess switch, read when it is imported: set before workers start."""
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
@@ -94,9 +105,11 @@ SWEEP_MIN_AGE_S = 60.0
 it."""
 BYTES_PER_WORKER = 1 << 20
 """Bytes of free space :func:`prepare_multiprocess_dir` requires in the metrics directory per
-worker. Each worker keeps three files there (``counter_``, ``histogram_``, ``gauge_livemax_<pid>.db``),
-each created at prometheus-client's ``_INITIAL_MMAP_SIZE`` (64 KiB) and doubled as series appear:
-the request-latency histogram's file reaches 512 KiB at about 120 method/route/status series."""
+worker. Each worker keeps one file per metric type and gauge mode there (``counter_``,
+``histogram_``, ``gauge_livemax_``, ``gauge_livemostrecent_<pid>.db``), each created at
+prometheus-client's ``_INITIAL_MMAP_SIZE`` (64 KiB) and doubled as series appear; the
+request-latency histogram's file is the one that grows, by one entry per bucket (14 with
+``+Inf``) plus ``_sum`` and ``_count`` for each method/route/status series."""
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 """The ``posix_fallocate`` errors that mean no room (full disk, quota, file size limit). Any other
 (``EOPNOTSUPP``, ``ENOSYS``, ``EINVAL``, ...) means the file system cannot reserve blocks: nothing
@@ -527,6 +540,18 @@ class _HoldsCollector:
             )
 
 
+_TLS_FAILURES: list[Counter] = []
+"""The ``fleetmind_tls_handshake_failures_total`` counter of the latest :class:`Metrics` made in
+this process (a TLS handshake happens before any request, so it has no app to find it through)."""
+
+
+def count_tls_handshake_failure() -> None:
+    """Count one refused TLS handshake (:class:`fleetmind.serving.tls.HandshakeCountingSSLObject`)
+    in the latest :class:`Metrics`' counter; nothing before one exists."""
+    if _TLS_FAILURES:
+        _TLS_FAILURES[-1].inc()
+
+
 class Metrics:
     """The service's collectors, registered on their own :class:`CollectorRegistry`.
 
@@ -629,6 +654,28 @@ class Metrics:
         self.placements = Counter(
             "fleetmind_placements", "placement decisions", ["policy", "result", "path"], registry=r
         )
+        self._add_reachability(r)
+
+    def _add_reachability(self, r: CollectorRegistry) -> None:
+        """``fleetmind_ready`` and ``fleetmind_tls_handshake_failures_total`` (the failures that
+        leave no request behind: a pod out of its Service, a handshake refused), and
+        ``fleetmind_scheduler_holds`` (read at each scrape)."""
+        self.ready = Gauge(
+            "fleetmind_ready",
+            "1 ready, 0 not: the last readiness verdict (/readyz, or a check at the scrape when no "
+            "/readyz was answered for 30 s)",
+            registry=r,
+            multiprocess_mode="livemostrecent",
+        )
+        self.ready_at: float | None = None
+        """``time.monotonic()`` of this process's last :meth:`set_ready` (``None``: never)."""
+        self.tls_handshake_failures = Counter(
+            "fleetmind_tls_handshake_failures",
+            "TLS handshakes refused before any request (a client certificate not signed by the "
+            "scheduler CA or expired, a client not trusting the server certificate, plain HTTP)",
+            registry=r,
+        )
+        _TLS_FAILURES[:] = [self.tls_handshake_failures]
         self.holds_count: Callable[[], int] | None = None
         """Live scheduler holds now (``fleetmind_scheduler_holds``), read from the shared database
         at each scrape by the worker answering it and judged against the last telemetry snapshot
@@ -644,6 +691,15 @@ class Metrics:
         reason = unmapped_reason(graph, labels)
         self.alerts_unmapped.labels(reason).inc()
         return reason
+
+    def set_ready(self, ready: bool) -> None:
+        """Export a readiness verdict (``fleetmind_ready`` 1 or 0) and note when it was given."""
+        self.ready.set(1 if ready else 0)
+        self.ready_at = time.monotonic()
+
+    def ready_is_stale(self) -> bool:
+        """Whether this process gave no verdict in the last :data:`READY_STALE_S` seconds."""
+        return self.ready_at is None or time.monotonic() - self.ready_at > READY_STALE_S
 
     def on_model_load(self, kind: str, ok: bool) -> None:
         self.model_loads.labels(kind, "success" if ok else "failure").inc()

@@ -18,6 +18,13 @@ httptools protocol of :mod:`fleetmind.serving.http_guard`, named to uvicorn as `
 peer certificate from the connection's transport (``get_extra_info("peercert")``) when the
 connection is made and adds it to the per-connection copy of the lifespan state that uvicorn puts
 into every request's scope.
+
+A refused handshake (a client certificate from another CA or expired, a client that does not
+trust the server's certificate, plain HTTP to the HTTPS port) never reaches the protocol: no
+request, no ``fleetmind_http_request_duration_seconds`` series. :class:`ClientCertProtocol` has the
+server's SSL context make :class:`HandshakeCountingSSLObject` objects (``SSLContext.sslobject_class``,
+used by ``wrap_bio`` in asyncio's and uvloop's TLS layers), which count each refused handshake in
+``fleetmind_tls_handshake_failures_total`` (:func:`fleetmind.serving.metrics.count_tls_handshake_failure`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import ssl
 from typing import Any
 
 from fleetmind.serving.http_guard import GuardedHttpToolsProtocol
+from fleetmind.serving.metrics import count_tls_handshake_failure
 from fleetmind.serving.settings import Settings
 
 CLIENT_CERT_KEY = "fleetmind.client_cert"
@@ -45,10 +53,36 @@ def subject_text(peercert: dict[str, Any]) -> str:
     return ",".join(parts) or "(no subject)"
 
 
+class HandshakeCountingSSLObject(ssl.SSLObject):
+    """An :class:`ssl.SSLObject` that counts the handshakes it refuses or that fail
+    (``fleetmind_tls_handshake_failures_total``); "want read/write" is no failure."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError:
+            count_tls_handshake_failure()
+            raise
+
+
 class ClientCertProtocol(GuardedHttpToolsProtocol):
     """The service's HTTP protocol (uvicorn's httptools protocol with the connection limits of
     :mod:`fleetmind.serving.http_guard`), plus the verified client certificate of the connection in
-    every request's ``scope["state"][CLIENT_CERT_KEY]`` (absent when none was presented)."""
+    every request's ``scope["state"][CLIENT_CERT_KEY]`` (absent when none was presented).
+
+    Made by the server for each accepted connection before its handshake: it sets the server's SSL
+    context (uvicorn's ``config.ssl``) to make :class:`HandshakeCountingSSLObject` objects."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        ctx = getattr(config, "ssl", None)
+        if (
+            isinstance(ctx, ssl.SSLContext)
+            and ctx.sslobject_class is not HandshakeCountingSSLObject
+        ):
+            ctx.sslobject_class = HandshakeCountingSSLObject
+        super().__init__(config, *args, **kwargs)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         peer = transport.get_extra_info("peercert")

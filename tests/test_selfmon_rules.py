@@ -34,6 +34,8 @@ DEPLOY = REPO_ROOT / "deploy"
 SELF_ALERTS = {
     "FleetMindDown",
     "FleetMindAbsent",
+    "FleetMindNotReady",
+    "FleetMindTLSHandshakeFailures",
     "FleetMindAlertIngestionFailing",
     "FleetMindExtenderErrors",
     "FleetMindExtenderSlow",

@@ -16,6 +16,14 @@ cluster names are none of the graph's (:func:`fleetmind.serving.health.cluster_m
 or most of the newest alerts matching no graph node
 (:func:`fleetmind.serving.health.unmapped_alerts_warning`); and which graph is
 served (``graph``, ``graph_version``, ``graph_source``, ``graph_loaded_at``).
+
+Every ``/readyz`` answer sets ``fleetmind_ready`` (1 ready, 0 not), which the
+``FleetMindNotReady`` rule watches: a pod the readiness probe takes out of its Service gets no
+webhook and no extender call, so no request metric shows the failure, while Prometheus still
+scrapes it. Where nothing called ``/readyz`` for
+:data:`fleetmind.serving.metrics.READY_STALE_S` (Docker's healthcheck and a plain Prometheus call
+only ``/healthz`` and ``/metrics``), ``/metrics`` runs the same checks before answering, waiting
+at most :data:`READY_CHECK_S` (longer, or still running from the scrape before, is not ready).
 """
 
 from __future__ import annotations
@@ -48,6 +56,11 @@ _SNAPSHOT_READS = threading.Lock()  # held while /readyz has a telemetry read of
 
 PROBE_POOL = ThreadPoolExecutor(4, thread_name_prefix="fleetmind-probe")
 """Threads for the blocking parts of ``/readyz`` and ``/metrics`` only (see the module docstring)."""
+
+
+READY_CHECK_S = 2.0
+"""Seconds a ``/metrics`` scrape waits for its own readiness check (the database ping)."""
+_SCRAPE_CHECK = threading.Lock()  # held while a scrape's readiness check runs in PROBE_POOL
 
 
 async def _in_probe_pool(fn: Any, *args: Any) -> Any:
@@ -155,10 +168,39 @@ def _mapping_warnings(services: Any, graph: DependencyGraph) -> list[str]:
     return out
 
 
+def _scrape_check(services: Any) -> bool:
+    """Whether the service is ready (:func:`_problems`), for :func:`_refresh_ready`; releases its
+    lock when done."""
+    try:
+        return not _problems(services)
+    finally:
+        _SCRAPE_CHECK.release()
+
+
+async def _refresh_ready(services: Any) -> None:
+    """Set ``fleetmind_ready`` at a scrape when no ``/readyz`` verdict is recent; a check that
+    takes over :data:`READY_CHECK_S`, or one of an earlier scrape still running, is not ready."""
+    metrics = services.metrics
+    if not metrics.ready_is_stale():
+        return
+    if not _SCRAPE_CHECK.acquire(blocking=False):
+        metrics.set_ready(False)  # the check of an earlier scrape still hangs
+        return
+    try:
+        check = asyncio.wrap_future(PROBE_POOL.submit(_scrape_check, services))
+    except BaseException:
+        _SCRAPE_CHECK.release()
+        raise
+    done, _ = await asyncio.wait({check}, timeout=READY_CHECK_S)  # never cancels the check
+    metrics.set_ready(bool(done) and check.exception() is None and check.result())
+
+
 @router.get("/readyz", summary="Readiness: database reachable, models and graph loaded")
 async def readyz(request: Request) -> Any:
     services = getattr(request.app.state, "services", None)
     problems = ["starting"] if services is None else await _in_probe_pool(_problems, services)
+    if services is not None:
+        services.metrics.set_ready(not problems)
     if problems:
         return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
     view = services.graphs.view
@@ -189,5 +231,6 @@ async def metrics(request: Request) -> Response:
     services = getattr(request.app.state, "services", None)
     if services is None:
         return Response("service is starting\n", status_code=503, media_type="text/plain")
+    await _refresh_ready(services)
     body, ctype = await _in_probe_pool(services.metrics.render)
     return Response(body, media_type=ctype)

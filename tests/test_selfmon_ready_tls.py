@@ -1,0 +1,267 @@
+"""``fleetmind_ready`` and ``fleetmind_tls_handshake_failures_total``: the failures that leave no
+request behind.
+
+- A pod whose ``/readyz`` answers 503 leaves its Service's endpoints (readiness probe, period 5 s,
+  failureThreshold 3: deploy/kubernetes/base/deployment.yaml), so Alertmanager's webhooks and
+  kube-scheduler's extender calls never reach it and no request metric moves, while the Prometheus
+  Operator still scrapes it (``up`` stays 1). ``/readyz`` therefore exports its verdict, and a
+  scrape checks readiness itself where nothing calls ``/readyz`` (Docker's ``HEALTHCHECK`` calls
+  ``/healthz``: deploy/container/Dockerfile).
+- With ``FLEETMIND_SCHEDULER_CLIENT_CA`` the TLS layer verifies a client certificate (``CERT_OPTIONAL``):
+  one from another CA fails the handshake, before any request. The server here is real uvicorn over
+  TLS with the options ``fleetmind serve`` gives it, the certificates those of
+  tests/test_serving_tls.py (:func:`test_serving_tls.make_pki`).
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import free_port
+from test_serving_tls import make_pki
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.routers import health as health_router
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.tls import uvicorn_options
+
+READ = "read-token-for-the-handshake-test"
+SCHEDULE = "schedule-token-for-the-handshake-test"
+
+
+def _settings(tmp_path: Path, **kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path}/fm.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def _sample(text: str, name: str) -> float | None:
+    """The value of the label-less sample ``name`` in an exposition text (``None``: absent)."""
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(m[1]) if m else None
+
+
+def _broken_ping() -> None:
+    raise ConnectionError("database unreachable")
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(_settings(tmp_path))) as c:
+        yield c
+
+
+def test_readyz_exports_its_verdict(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert client.get("/readyz").status_code == 200
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 1.0
+    services = client.app.state.services  # type: ignore[attr-defined]
+    monkeypatch.setattr(services.db, "ping", _broken_ping)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["problems"] == ["database: ConnectionError"]
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 0.0
+    monkeypatch.undo()
+    assert client.get("/readyz").status_code == 200
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 1.0
+
+
+def test_a_scrape_checks_readiness_when_nothing_calls_readyz(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compose setup: no /readyz caller, only the scrape."""
+    services = client.app.state.services  # type: ignore[attr-defined]
+    assert services.metrics.ready_at is None
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 1.0
+    monkeypatch.setattr(services.db, "ping", _broken_ping)
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 1.0  # verdict still fresh
+    services.metrics.ready_at -= 31.0  # READY_STALE_S passed without a /readyz
+    r = client.get("/metrics")
+    assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+
+
+def test_a_hanging_database_is_not_ready_and_the_scrape_still_answers(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = client.app.state.services  # type: ignore[attr-defined]
+    release = threading.Event()
+    monkeypatch.setattr(services.db, "ping", lambda: release.wait(10))
+    monkeypatch.setattr(health_router, "READY_CHECK_S", 0.2)
+    try:
+        start = time.monotonic()
+        r = client.get("/metrics")
+        assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+        assert time.monotonic() - start < 5.0
+        services.metrics.ready_at = None
+        r = client.get("/metrics")  # the first check still hangs: not ready, no second ping
+        assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while not health_router._SCRAPE_CHECK.acquire(blocking=False):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    health_router._SCRAPE_CHECK.release()
+
+
+@pytest.fixture(scope="module")
+def tls_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Path]]]:
+    import uvicorn
+
+    d = tmp_path_factory.mktemp("pki")
+    pki = make_pki(d)
+    settings = _settings(
+        d,
+        read_token=READ,
+        schedule_token=SCHEDULE,
+        tls_cert=str(pki["fleetmind.crt"]),
+        tls_key=str(pki["fleetmind.key"]),
+        scheduler_client_ca=str(pki["scheduler-ca.crt"]),
+    )
+    port = free_port()
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                            **uvicorn_options(settings))  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"https://127.0.0.1:{port}", pki
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _tls_client(pki: dict[str, Path], who: str | None) -> httpx.Client:
+    ctx = ssl.create_default_context(cafile=str(pki["server-ca.crt"]))
+    if who is not None:
+        ctx.load_cert_chain(str(pki[f"{who}.crt"]), str(pki[f"{who}.key"]))
+    return httpx.Client(verify=ctx, timeout=10.0)
+
+
+def _failures(url: str, pki: dict[str, Path]) -> float:
+    with _tls_client(pki, "kube-scheduler") as c:
+        value = _sample(c.get(url + "/metrics").text, "fleetmind_tls_handshake_failures_total")
+    assert value is not None
+    return value
+
+
+def test_a_certificate_of_another_ca_is_counted(tls_served: Any) -> None:
+    url, pki = tls_served
+    before = _failures(url, pki)
+    with _tls_client(pki, "kube-scheduler") as c:  # a good certificate is no failure
+        assert c.post(url + "/api/v1/scheduler/filter", json={}).status_code == 422
+    assert _failures(url, pki) == before
+    for _ in range(3):
+        with _tls_client(pki, "stranger") as c, pytest.raises(httpx.TransportError):
+            c.post(url + "/api/v1/scheduler/filter", json={"Pod": {}, "NodeNames": []})
+    deadline = time.monotonic() + 5
+    while _failures(url, pki) < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _failures(url, pki) == before + 3
+
+
+def test_a_client_not_trusting_the_server_is_counted(tls_served: Any) -> None:
+    url, pki = tls_served
+    before = _failures(url, pki)
+    ctx = ssl.create_default_context(cafile=str(pki["stranger-ca.crt"]))
+    with httpx.Client(verify=ctx, timeout=10.0) as c, pytest.raises(httpx.TransportError):
+        c.get(url + "/healthz")
+    deadline = time.monotonic() + 5
+    while _failures(url, pki) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _failures(url, pki) == before + 1
+
+
+def test_the_rules_read_the_series_the_service_exports() -> None:
+    """``FleetMindNotReady`` and ``FleetMindTLSHandshakeFailures`` read these names, both present
+    from the start (a counter born at 1 shows ``rate()`` no increase)."""
+    import yaml
+
+    from fleetmind.data.paths import REPO_ROOT
+    from fleetmind.serving.metrics import Metrics
+
+    groups = yaml.safe_load((REPO_ROOT / "deploy" / "fleetmind-rules.yml").read_text())["groups"]
+    exprs = {r["alert"]: r["expr"] for g in groups for r in g["rules"] if "alert" in r}
+    assert exprs["FleetMindNotReady"].strip() == "fleetmind_ready == 0"
+    assert "fleetmind_tls_handshake_failures_total[5m]" in exprs["FleetMindTLSHandshakeFailures"]
+    metrics = Metrics()
+    metrics.set_ready(False)
+    text = metrics.render()[0].decode()
+    assert _sample(text, "fleetmind_ready") == 0.0
+    assert _sample(text, "fleetmind_tls_handshake_failures_total") == 0.0
+
+
+READY_WORKER = """
+import sys
+from fleetmind.serving.metrics import Metrics
+
+m = Metrics()
+for line in sys.stdin:  # "1"/"0": a verdict; "render": the merged exposition; "asked": nothing
+    cmd = line.strip()
+    if cmd in ("0", "1"):
+        m.set_ready(cmd == "1")
+    elif cmd == "render":
+        text = m.render()[0].decode()
+        values = [ln.split()[1] for ln in text.splitlines() if ln.startswith("fleetmind_ready ")]
+        print(values[0] if values else "none", flush=True)
+        continue
+    print("ok", flush=True)
+"""
+
+
+def test_with_several_workers_the_latest_verdict_is_exported(tmp_path: Path) -> None:
+    """Two live workers (``fleetmind serve --workers 2``) share the metrics directory; each
+    probe reaches one of them. The exported value is the verdict given last, whichever worker gave
+    it; a worker that was never asked does not read as not ready."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", READY_WORKER],
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+
+    def ask(worker: Any, cmd: str) -> str:
+        worker.stdin.write(cmd + "\n")
+        worker.stdin.flush()
+        return str(worker.stdout.readline().strip())
+
+    try:
+        a, b = workers
+        assert ask(a, "asked") == "ok" and ask(b, "asked") == "ok"
+        assert ask(a, "render") == "none"  # no verdict yet: no sample, not a 0
+        assert ask(a, "1") == "ok"
+        assert ask(b, "render") == "1.0"  # b never asked: a's verdict stands
+        time.sleep(0.01)
+        assert ask(b, "0") == "ok"
+        assert ask(a, "render") == "0.0"  # b's later 0 is the verdict, whoever answers
+        time.sleep(0.01)
+        assert ask(a, "1") == "ok"
+        assert ask(b, "render") == "1.0"
+    finally:
+        for w in workers:
+            w.communicate("", timeout=60)
