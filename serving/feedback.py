@@ -35,12 +35,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph, GraphNode
 from fleetmind.data.rca_gen.faults import plausible_fault_types
 from fleetmind.redact import safe_uri
-from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
+from fleetmind.serving.db import Database, feedback_graphs, incident_feedback, incidents
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
 
@@ -206,6 +207,34 @@ def _default_fault(
     return fault if fault in allowed else None
 
 
+def _refuse_merged(incident_id: int, status: str, merged_into: int | None) -> None:
+    """Raise ``DataError`` (a 422 naming the incident to send it to) for a merged incident."""
+    if status == "merged" and merged_into is not None:
+        raise DataError(
+            f"incident {incident_id} was merged into {merged_into}; "
+            f"send feedback for incident {merged_into}"
+        )
+
+
+def _refuse_if_merged(conn: Connection, incident_id: int) -> None:
+    """In the write transaction that stores feedback, after its insert: raise (rolling it back,
+    :func:`_refuse_merged`) when incident ``incident_id`` was merged since it was first read.
+
+    The incident worker may merge it meanwhile (between that read and this transaction: seconds
+    on the first feedback after a graph swap, which hashes the graph). On PostgreSQL the row is
+    read ``FOR UPDATE``: a merge that updated it first (uncommitted) is waited for and then seen;
+    one that comes after waits for this commit, and then moves the new row with the others
+    (:meth:`fleetmind.serving.incidents.store.IncidentStore.merge` updates the incident before
+    its feedback). On SQLite the insert already holds the database's write lock."""
+    row = conn.execute(
+        select(incidents.c.status, incidents.c.merged_into)
+        .where(incidents.c.id == incident_id)
+        .with_for_update()
+    ).first()
+    if row is not None:
+        _refuse_merged(incident_id, row.status, row.merged_into)
+
+
 def record_feedback(
     db: Database,
     graph: DependencyGraph,
@@ -221,16 +250,14 @@ def record_feedback(
     Raises:
         IncidentNotFound: no incident ``incident_id``.
         DataError: ``root_cause`` is not a node of the served graph, or ``fault_type`` is not a
-            fault type the catalog allows at that node (a 422 naming the allowed ones).
+            fault type the catalog allows at that node (a 422 naming the allowed ones), or the
+            incident was merged into another, before the post or while it was stored
+            (:func:`_refuse_if_merged`: nothing is stored; a 422 naming the other).
     """
     inc = db.get_incident(incident_id)
     if inc is None:
         raise IncidentNotFound(f"no incident {incident_id}")
-    if inc["status"] == "merged" and inc["merged_into"] is not None:
-        raise DataError(
-            f"incident {incident_id} was merged into {inc['merged_into']}; "
-            f"send feedback for incident {inc['merged_into']}"
-        )
+    _refuse_merged(incident_id, inc["status"], inc["merged_into"])
     node = fb.root_cause.strip()
     if node not in graph.index:
         # suggest only nodes the graph still has: it may have changed since the incident
@@ -288,6 +315,7 @@ def record_feedback(
         row["id"] = int(
             conn.execute(incident_feedback.insert().values(**row)).inserted_primary_key[0]
         )
+        _refuse_if_merged(conn, incident_id)  # merged since the check above: roll back
     log.info(
         "feedback %d stored: incident %d, root %r, fault type %r, by %r, via %s",
         row["id"],

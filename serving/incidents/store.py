@@ -197,17 +197,22 @@ class IncidentStore:
         ``target``'s label (:func:`fleetmind.serving.feedback.feedback_incidents`), shown and
         correctable on its page; left on ``other`` it was invisible, could not be corrected
         (feedback on a merged incident is refused) and exported as a training incident of its own.
+
+        ``other``'s row is updated before its feedback is moved: on PostgreSQL a feedback post
+        stores its row and then locks this one (``FOR UPDATE``,
+        :func:`fleetmind.serving.feedback.record_feedback`), so either the post sees the merge and
+        rolls back, or the merge waits for the post's commit and moves its row too.
         """
         conn.execute(update(alerts).where(alerts.c.incident_id == other).values(incident_id=target))
-        conn.execute(
-            update(incident_feedback)
-            .where(incident_feedback.c.incident_id == other)
-            .values(incident_id=target)
-        )
         conn.execute(
             update(incidents)
             .where(incidents.c.id == other)
             .values(status="merged", merged_into=target, closed_ts=now, updated_ts=now)
+        )
+        conn.execute(
+            update(incident_feedback)
+            .where(incident_feedback.c.incident_id == other)
+            .values(incident_id=target)
         )
 
     def follow_merges(self, conn: Connection, incident_id: int) -> int:

@@ -996,24 +996,39 @@ STALE_KEPT = (
     "saved; it is shown below, and what you typed is kept: check it and save again."
 )
 
+NEWER_TOO = " {by} also saved a newer verdict ({root}{fault}) since the page was opened."
+"""Added to another refusal's message (an expired form, a merged incident) when newer feedback
+came too: the page then comes back with the newest id, so the verdict must be named now."""
+
 FORM_FIELDS = ("root_cause", "fault_type", "by", "note")
 """The feedback form's fields kept when a post is refused (its hidden ``seen`` is not: the page
-shows the newest feedback id it has)."""
+shows the newest feedback id it has, and the message names any newer than the form's)."""
+
+SEEN_DIGITS = 18
+"""The longest ``seen`` read (an id, ASCII digits; a 64-bit id has at most 19)."""
 
 
-def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> str | None:
-    """Why the form may not be saved: feedback newer than the newest the page showed (its hidden
-    ``seen``: that feedback's id, ``0`` for none) was stored since, e.g. by a colleague; the
-    :data:`STALE_KEPT` message naming it. ``None``: none, or a form without ``seen``."""
+def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> dict[str, str] | None:
+    """Feedback newer than the newest the page showed (its hidden ``seen``: that feedback's id,
+    ``0`` for none) stored since, e.g. by a colleague, on incident ``incident_id`` or, merged, the
+    one it ended in: its ``by``, ``root`` and ``fault`` (``", <type>"`` or ``""``) for
+    :data:`STALE_KEPT` or :data:`NEWER_TOO`, each a bidi isolate
+    (:func:`~fleetmind.serving.ui.svg.isolate`: the message is one text). ``None``: none, or a
+    form without ``seen`` (a page opened before the form had it, or not ASCII digits)."""
     seen = form.get("seen", "").strip()
-    if not seen.isdigit() or len(seen) > 18:
+    if not (seen.isascii() and seen.isdigit()) or len(seen) > SEEN_DIGITS:
         return None
-    feedback = list_feedback(services.db, incident_id)
+    row = services.db.get_incident(incident_id)
+    if row is not None and row["status"] == "merged":
+        row, _ = _merge_target(services, row)
+    if row is None:
+        return None
+    feedback = list_feedback(services.db, int(row["id"]))
     if not feedback or feedback[0]["id"] <= int(seen):
         return None
     latest = feedback[0]
-    fault = f", {latest['fault_type']}" if latest["fault_type"] else ""
-    return STALE_KEPT.format(by=latest["by"], root=latest["root_cause"], fault=fault)
+    fault = f", {isolate(latest['fault_type'])}" if latest["fault_type"] else ""
+    return {"by": isolate(latest["by"]), "root": isolate(latest["root_cause"]), "fault": fault}
 
 
 def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
@@ -1041,21 +1056,25 @@ async def _record_feedback(
         ):
             # from one of our pages (the browser says so), with a stale token (its tab was opened
             # before the token changed): the page again, with a fresh token and what was typed
-            # (escaped by the template), so nothing is lost; nothing is stored
+            # (escaped by the template), so nothing is lost; nothing is stored; newer feedback
+            # is named now, as the page comes back with the newest id
             kept = {k: form.get(k, "") for k in FORM_FIELDS}
-            return _incident(request, services, incident_id, session, 403, EXPIRED_KEPT, kept)
+            newer = _newer_feedback(services, incident_id, form)
+            text = EXPIRED_KEPT + (NEWER_TOO.format(**newer) if newer else "")
+            return _incident(request, services, incident_id, session, 403, text, kept)
         return _form_refused(request, session, services.settings)
+    newer = _newer_feedback(services, incident_id, form)
     row = services.db.get_incident(incident_id)
     if row is not None and row["status"] == "merged" and row["merged_into"] is not None:
         # a form opened before the merge: the page it was merged into, with what was typed
         # (feedback is stored on that incident, record_feedback refuses this one)
-        return _incident(
-            request, services, incident_id, session, 422, MERGED_KEPT.format(incident_id), form
-        )
-    newer = _newer_feedback(services, incident_id, form)
+        text = MERGED_KEPT.format(incident_id) + (NEWER_TOO.format(**newer) if newer else "")
+        return _incident(request, services, incident_id, session, 422, text, form)
     if newer is not None:  # a colleague's verdict came after the page: show it, save nothing
         kept = {k: form.get(k, "") for k in FORM_FIELDS}
-        return _incident(request, services, incident_id, session, 409, newer, kept)
+        return _incident(
+            request, services, incident_id, session, 409, STALE_KEPT.format(**newer), kept
+        )
     if not form.get("by", "").strip():
         return _incident(
             request,
