@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,105 @@ def test_unhealthy_cluster_node_sharing_a_name_gets_no_job() -> None:
     got = r.json()
     assert (got["cluster"], got["node"], got["gpus"]) == ("east", "node-2", [7])
     assert all(a["cluster"] == "east" for a in got["alternatives"])
+
+
+# A GPU that fell off the bus has no dcgm-exporter series (its ``gpu`` label is the NVML index,
+# https://github.com/NVIDIA/dcgm-exporter ``etc/default-counters.csv``); without kube-state-metrics'
+# count no placeholder stands in for it, so telemetry lists GPUs 0, 1, 2, 4, 5, 6, 7 of a DGX-1.
+_DGX1_WITHOUT_GPU3 = (0, 1, 2, 4, 5, 6, 7)
+
+
+@pytest.mark.parametrize("policy", ["ppo", "FGD", "BestFit", "builtin"])
+@pytest.mark.parametrize(
+    ("busy", "want"),
+    [
+        ([0], (6, 7)),  # NV2 on one socket; reading positions as GPUs gave (2, 4): no NVLink
+        ([0, 7], (1, 2)),  # the pair index order gave before the topology chooser
+    ],
+)
+def test_gpu_missing_from_telemetry_moves_no_gpu_off_its_place(
+    served: dict[str, Placer], policy: str, busy: list[int], want: tuple[int, ...]
+) -> None:
+    def node(name: str) -> NodeState:
+        gpus = [
+            GpuState(index=i, model=V100, free_milli=0 if i in busy else 1000)
+            for i in _DGX1_WITHOUT_GPU3
+        ]
+        return NodeState(name=name, cluster="c1", gpus=gpus)
+
+    snap = FleetSnapshot("prometheus", [node("a"), node("b")])
+    opts = served[policy].place(snap, JobSpec(num_gpu=2), Reservations(), 2)
+    assert [o.gpus for o in opts] == [want, want]
+    assert _links(V100, want)[0] == 2
+
+
+def _mig_node(name: str, instances: int) -> NodeState:
+    """A DGX A100 of the MIG mixed strategy: GPU 0 split into ``instances`` MIG instances (index
+    ``100 (parent + 1) + GI``, as :mod:`fleetmind.serving.telemetry.nvml` numbers them; DCGM's
+    ``GPU_I_ID``/``GPU_I_PROFILE`` labels), GPUs 1-7 whole, listed in index order."""
+    profile = "1g.10gb" if instances == 7 else "7g.80gb"
+    whole = [GpuState(index=i, model=A100) for i in range(1, 8)]
+    mig = [
+        GpuState(index=101 + gi, model=f"{A100} MIG {profile}", mig_parent=0)
+        for gi in range(instances)
+    ]
+    return NodeState(name=name, cluster="c1", gpus=whole + mig)
+
+
+@pytest.mark.parametrize("policy", ["ppo", "FGD", "BestFit", "builtin"])
+@pytest.mark.parametrize("instances", [1, 7])  # 8 entries (the policy's state) or 14 (BestFit's)
+@pytest.mark.parametrize(
+    ("k", "want"),
+    [
+        (2, (2, 3)),  # one PCIe switch (GPUs 1 and 2 are under two)
+        (4, (4, 5, 6, 7)),  # one CPU socket, not (1, 2, 3, 4) across both
+    ],
+)
+def test_mig_instances_beside_whole_gpus_move_no_gpu_off_its_place(
+    served: dict[str, Placer], policy: str, instances: int, k: int, want: tuple[int, ...]
+) -> None:
+    snap = FleetSnapshot("prometheus", [_mig_node("a", instances), _mig_node("b", instances)])
+    opts = served[policy].place(snap, JobSpec(num_gpu=k, gpu_model=A100), Reservations(), 2)
+    assert [o.gpus for o in opts] == [want, want]
+    t = telemetry_template_for(A100, 8)
+    assert len({int(t.numa[g]) for g in want}) == 1
+    assert k > 2 or int(t.level[want[0]][want[1]]) > int(t.level[1][2])
+
+
+def test_node_template_is_built_once_per_model_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BestFit asks for the topology of every feasible node of every request: the model name is
+    parsed into a template once per (name, GPU count), not once per node."""
+    from fleetmind.serving.scheduler import placement
+
+    calls: list[tuple[str, int]] = []
+    real = placement.telemetry_template_for
+
+    def counting(model: str, n_gpus: int) -> Any:
+        calls.append((model, n_gpus))
+        return real(model, n_gpus)
+
+    memo = getattr(placement, "_topology_template", None)
+    if memo is not None:
+        memo.cache_clear()
+    monkeypatch.setattr(placement, "telemetry_template_for", counting)
+    nodes = [_node(f"n{i}", (V100, L40S)[i % 2], busy=[i % 8]) for i in range(40)]
+    snap = FleetSnapshot("prometheus", nodes)
+    for k in (2, 4, 2):
+        assert len(BestFitPlacer().place(snap, JobSpec(num_gpu=k), Reservations(), 3)) == 3
+    if memo is not None:
+        memo.cache_clear()
+    assert set(calls) == {(V100, 8), (L40S, 8)}
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("policy", ["FGD", "builtin"])
+def test_mig_instance_known_by_name_only_holds_no_place(
+    served: dict[str, Placer], policy: str
+) -> None:
+    """A MIG instance without ``mig_parent`` (a source that only names it "<model> MIG <profile>")
+    is no board position: GPUs 1-7 are still read at their places."""
+    node = _mig_node("a", 1)
+    node.gpus[-1].mig_parent = None
+    snap = FleetSnapshot("prometheus", [node])
+    opts = served[policy].place(snap, JobSpec(num_gpu=4, gpu_model=A100), Reservations(), 1)
+    assert [o.gpus for o in opts] == [(4, 5, 6, 7)]

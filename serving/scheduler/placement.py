@@ -19,9 +19,10 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.fleet_io import telemetry_template_for
-from fleetmind.data.gpu_alloc import best_gpu_set
+from fleetmind.data.gpu_alloc import best_gpu_set_bits
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, GPU_MODELS
 from fleetmind.data.paths import MODELS_DIR
+from fleetmind.data.topology import NodeTemplate
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 from fleetmind.envs.policies import make_policy
 from fleetmind.envs.policies.fgd import typical_from_json
@@ -382,7 +383,7 @@ def _choose(fits: list[tuple[int, int]], n: int, node: NodeState | None = None) 
         return [by_fill[0][0]]
     if node is not None:
         pos = {g.index: p for p, g in enumerate(node.gpus)}
-        linked = topology_gpus(node, [pos[i] for i, _ in fits if i in pos], n, len(node.gpus))
+        linked = topology_gpus(node, [pos[i] for i, _ in fits if i in pos], n)
         if linked is not None:
             return sorted(node.gpus[p].index for p in linked)
     idx = sorted(i for i, _ in fits)
@@ -394,26 +395,58 @@ def _choose(fits: list[tuple[int, int]], n: int, node: NodeState | None = None) 
     return best if best is not None else sorted(i for i, _ in by_fill[:n])
 
 
-def topology_gpus(
-    node: NodeState, idle: Sequence[int], n: int, slots: int
-) -> tuple[int, ...] | None:
-    """The best-linked ``n`` of a node's idle GPUs, as positions in ``node.gpus``.
+def topology_gpus(node: NodeState, idle: Sequence[int], n: int) -> tuple[int, ...] | None:
+    """The best-linked ``n`` of a node's idle GPUs, as sorted positions in ``node.gpus``.
 
-    ``idle``: positions (0-based, below ``slots``) of the GPUs free for a whole-GPU job;
-    ``slots``: how many of the node's GPUs the choice sees (the placement state's 8, or all).
+    ``idle``: positions (0-based) in ``node.gpus`` of the GPUs free for a whole-GPU job. GPU ``i``
+    of the node's template is the physical GPU ``i`` (``GpuState.index``; a MIG instance sits on
+    its ``mig_parent``) and the template has ``max(physical index) + 1`` GPUs, so a GPU telemetry
+    does not report (GPUs 0-2 and 4-7 of a DGX-1) or MIG instances listed beside the whole GPUs
+    move no GPU off its place on the board. Only whole GPUs (no MIG instance) are chosen.
     The choice is :func:`fleetmind.data.gpu_alloc.best_gpu_set` (NVIDIA go-gpuallocator's pair
     scores, greedy rule) on the node's template (:func:`fleetmind.data.fleet_io.telemetry_template_for`
     of its GPU model, as :class:`~fleetmind.envs.policies.topology.TopologyBestEffort` reads it):
     more NVLinks first, then GPUs under one PCIe switch, then one CPU socket. ``None`` when fewer
-    than ``n`` are idle or the node has no template for ``slots`` GPUs (the caller keeps its own
-    choice)."""
-    if n < 2 or len(idle) < n or slots < 1:
+    than ``n`` whole GPUs are idle or the node has no template of that size (the caller keeps
+    its own choice)."""
+    if n < 2 or len(idle) < n or not node.gpus:
         return None
+    size = 1 + max(g.index if g.mig_parent is None else g.mig_parent for g in node.gpus)
+    if size > 63:  # a MIG instance known by name only (index 100 (parent + 1) + GI) holds no place
+        size = 1 + max(_physical(g) for g in node.gpus)
+    at: dict[int, int] = {}  # physical index -> position of an idle whole GPU
+    bits = 0
+    for p in idle:
+        g = node.gpus[p]
+        if 0 <= g.index < size and g.mig_parent is None and not names_mig(g.model):
+            at.setdefault(g.index, p)
+            bits |= 1 << g.index
+    if len(at) < n:
+        return None
+    template = _topology_template(_board_model(node), size)
+    if template is None or template.n_gpus != size:
+        return None
+    got = best_gpu_set_bits(template, bits, n)
+    return None if got is None else tuple(sorted(at[i] for i in got))
+
+
+def _physical(gpu: GpuState) -> int:
+    """The board position of ``gpu``: its ``mig_parent`` for a MIG instance, else its index
+    (-1 for a MIG instance of unknown parent, which holds no place)."""
+    if gpu.mig_parent is not None:
+        return gpu.mig_parent
+    return -1 if is_mig(gpu) else gpu.index
+
+
+@functools.lru_cache(maxsize=512)
+def _topology_template(model: str, n_gpus: int) -> NodeTemplate | None:
+    """:func:`fleetmind.data.fleet_io.telemetry_template_for` memoised per (model name, GPU count),
+    ``None`` where it has none: it parses the name on every call, and BestFit asks for every
+    feasible node of every request. Templates are shared, read-only objects
+    (:func:`fleetmind.data.topology.get_template` returns the same one per name), so handing
+    the same one out again is safe."""
     try:
-        template = telemetry_template_for(_board_model(node), slots)
-        free = np.zeros(template.n_gpus, dtype=bool)
-        free[[p for p in idle if 0 <= p < template.n_gpus]] = True
-        return best_gpu_set(template, free, n)
+        return telemetry_template_for(model, n_gpus)
     except (ConfigError, KeyError, ValueError):
         return None
 
@@ -678,7 +711,7 @@ class PeerPolicyPlacer:
         if pod.num_gpu < 2 or len(gpus) == 0 or type(self.policy) is TopologyBestEffort:
             return gpus
         idle = np.flatnonzero(state.gpu_idle[row] >= GPU_MILLI).tolist()
-        linked = topology_gpus(node, idle, pod.num_gpu, int(state.num_gpu[row]))
+        linked = topology_gpus(node, idle, pod.num_gpu)
         return np.asarray(gpus) if linked is None else np.asarray(linked, dtype=np.int64)
 
 
