@@ -363,7 +363,7 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
     Waits (up to 60 s) until every incident has been ranked and none changed for longer than the
     service's re-rank interval (:func:`fleetmind.cli.replay.wait_settled`). A storm can form several
     incidents (grouping joins alerts within ``incident_hops`` of each other and does not cross
-    ``cluster`` nodes), some of them resolved already (all their alerts arrived resolved): all are
+    ``cluster`` nodes or infrastructure several clusters depend on), some of them resolved already (all their alerts arrived resolved): all are
     counted, open and resolved, and the largest one is shown.
     """
     from fleetmind.cli.replay import DEFAULT_RANK_INTERVAL_S, SETTLE_MARGIN_S, wait_settled

@@ -142,17 +142,19 @@ def barrier_nodes(graph: DependencyGraph) -> frozenset[int]:
 
 
 def shared_nodes(graph: DependencyGraph) -> frozenset[int]:
-    """Indices of the nodes :meth:`GraphView.neighbourhood` reaches but does not cross: nodes of
-    no cluster (``cluster`` unset, not ``cluster`` nodes themselves) with ``depends_on`` edges from
-    nodes of two or more clusters (shared infrastructure such as the example graph's
-    ``global/dns``, ``global/config`` and ``global/registry``, which every service of every cluster
-    depends on). A cluster-less node only one cluster depends on is crossed as any other."""
+    """Indices of the nodes :meth:`GraphView.neighbourhood` reaches but does not cross: nodes (not
+    ``cluster`` nodes themselves) with ``depends_on`` edges from nodes of two or more clusters
+    other than their own (shared infrastructure such as the example graph's ``global/dns``,
+    ``global/config`` and ``global/registry``, of no cluster, which every service of every cluster
+    depends on; or a registry that a management cluster hosts for the others). A node that only
+    its own cluster and one other depend on is crossed as any other."""
     clusters_of: dict[int, set[str]] = {}
     for e in graph.edges:
         if e.kind != "depends_on":
             continue
         src, d = graph.nodes[graph.index[e.src]], graph.index[e.dst]
-        if src.cluster and not graph.nodes[d].cluster and graph.nodes[d].kind != "cluster":
+        dst = graph.nodes[d]
+        if src.cluster and src.cluster != dst.cluster and dst.kind != "cluster":
             clusters_of.setdefault(d, set()).add(src.cluster)
     return frozenset(i for i, clusters in clusters_of.items() if len(clusters) >= 2)
 

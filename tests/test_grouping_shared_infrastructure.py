@@ -157,3 +157,34 @@ def test_a_cluster_less_node_of_one_cluster_is_crossed_as_before() -> None:
     assert view.neighbourhood("c/svc/b", 3) == {"c/svc/b", "mirror", "c/svc/a", "dns"}
     assert view.neighbourhood("d/svc/e", 3) == {"d/svc/e", "dns"}
     assert view.neighbourhood("dns", 1) == {"dns", "c/svc/a", "d/svc/e", "mirror"}
+
+
+@pytest.mark.parametrize("home", ["global", "mgmt"])
+def test_shared_infrastructure_in_a_cluster_of_its_own_is_not_crossed(home: str) -> None:
+    """The example graph's shared services written with a cluster of their own (``global``, or a
+    management cluster that hosts them for the others): services of c0 and c1 depend on them, so
+    they are reached, not crossed, as when their ``cluster`` is null."""
+    g = build_example_graph()
+    for n in g.nodes:
+        if n.id in SHARED:
+            n.cluster = home
+    g = DependencyGraph(g.name, g.nodes, g.edges)
+    assert {g.nodes[i].id for i in shared_nodes(g)} == SHARED
+    hood = GraphView(g, 1).neighbourhood("c1/svc/s3", 2)
+    assert SHARED <= hood
+    assert not any(n.startswith("c0/") for n in hood)
+
+
+def test_a_node_its_own_cluster_and_one_other_depend_on_is_crossed() -> None:
+    nodes = [
+        GraphNode("c/svc/a", "service", "c", {"service": "a"}),
+        GraphNode("c/svc/reg", "service", "c", {"service": "reg"}),
+        GraphNode("d/svc/e", "service", "d", {"service": "e"}),
+    ]
+    edges = [
+        GraphEdge("c/svc/a", "c/svc/reg", "depends_on"),
+        GraphEdge("d/svc/e", "c/svc/reg", "depends_on"),
+    ]
+    g = DependencyGraph("t", nodes, edges)
+    assert shared_nodes(g) == frozenset()
+    assert GraphView(g, 1).neighbourhood("d/svc/e", 2) == {"d/svc/e", "c/svc/reg", "c/svc/a"}
