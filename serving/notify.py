@@ -23,8 +23,8 @@ The alert's ``severity`` comes from the top cause's calibrated score (:func:`sev
 When the incident resolves (or is merged into another), the alert is posted again with ``endsAt``
 (resolved) and the webhook gets a resolved message. When a settled top cause changes, the new one
 is sent, and the old alert keeps firing beside it while an alert of the incident on its own node
-still fires (:data:`KEPT`; resolved, :data:`CLEARED`, once those have all resolved), else it is
-resolved; when its severity changes, the old alert is resolved (its
+still fires and the new cause does not explain it (:data:`KEPT`; resolved, :data:`CLEARED`, once
+those have all resolved), else it is resolved (:data:`SUPERSEDED`); when its severity changes, the old alert is resolved (its
 ``severity`` label is part of its identity) and the new one sent, and the webhook gets one message
 saying so; when its score falls below the warning floor, the alert is resolved. The severity has
 hysteresis (:func:`held_severity`): it is lowered only once the score is
@@ -91,7 +91,9 @@ RESEVERED, NO_CAUSE = "severity changed", "no cause on the current graph"
 CLEARED = "its alerts resolved"
 """Why a FleetMindRootCause alert was resolved (annotation ``resolved_because``, and the webhook's
 wording): its incident resolved or was merged; the incident's settled top cause changed to another
-node while this cause had no alert of its own (none mapped to its node) in the incident; its score
+node while this cause had no firing alert of its own (none mapped to its node) in the incident, or
+the new top cause explains it (:func:`explained_by`: a fault of the new cause reaches its node,
+so it was a symptom); its score
 fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``; the same cause is sent again at another severity
 (the ``severity`` label is part of the alert's identity, so the old one must end); the incident,
 still open, was ranked with no cause at all (none of its alerts names a node of the graph served
@@ -102,10 +104,29 @@ KEPT = "kept"
 the top one, oldest first, each ``{"labels", "annotations", "starts_at", "hook": <whether the
 webhook took its firing message>}``. A sent cause stays firing (its labels, severity included, as
 they were) while an alert of the incident on its own node (the node itself, not the nodes under
-it: a GPU under a host is a cause of its own) still fires, however the ranking changes: a second,
-unrelated fault that joins an incident takes the top of the model's single-root ranking, and the
-first fault still wants its page. It is re-sent with the top cause's alert and resolved
-(:data:`CLEARED`) once those alerts have all resolved."""
+it: a GPU under a host is a cause of its own) still fires and the top cause does not explain it
+(:func:`explained_by`): a second, unrelated fault that joins an incident takes the top of the
+model's single-root ranking, and the first fault still wants its page, while a symptom paged
+before its root was seen (a pod crashing on the GPU that fails) is withdrawn (:data:`SUPERSEDED`)
+when the root takes the top. It is re-sent with the top cause's alert and resolved once its own
+alerts have all resolved (:data:`CLEARED`) or once a later top cause explains it
+(:data:`SUPERSEDED`)."""
+_EXPLAINS = "explains"
+"""Key of a stored top cause listing the incident's alert nodes it explains, written by the
+incident manager (:data:`fleetmind.serving.incidents.manager.EXPLAINS`, not imported: the
+manager imports this module)."""
+
+
+def explained_by(cause: Mapping[str, Any]) -> set[str]:
+    """The incident alert nodes stored top cause ``cause`` explains (a fault of it reaches them,
+    :data:`fleetmind.serving.incidents.manager.EXPLAINS`). A cause ranked before that list was
+    stored has none, and explains nothing here: an earlier cause whose own alerts fire then stays
+    paged beside it (a second page, resolved with its alerts) rather than being withdrawn while
+    it may be a second fault. The next ranking (any new alert) stores the list."""
+    nodes = cause.get(_EXPLAINS)
+    return {str(n) for n in nodes} if isinstance(nodes, list) else set()
+
+
 OUTBOX = "resolutions"
 """Key of a ``notifications`` row's ``delivery`` JSON: the row's resolutions (and withdrawals of
 earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <the Alertmanager
@@ -1272,23 +1293,28 @@ class Notifier:
         assert row is not None
         kept = list((row.get("delivery") or {}).get(KEPT) or [])
         live, named = (
-            self._alert_nodes(inc["id"]) if kept or row["cause_node"] != node else ((), ())
+            self._alert_nodes(inc["id"]) if kept or row["cause_node"] != node else (set(), set())
         )
-        cleared = [k for k in kept if k["labels"]["cause_node"] not in live]
-        kept = [k for k in kept if k["labels"]["cause_node"] in live]
+        own = live - explained_by(top)  # nodes of earlier causes still firing on their own
+        ended = [  # kept causes to resolve: their alerts resolved, or the top cause explains them
+            (k, SUPERSEDED if k["labels"]["cause_node"] in live else CLEARED)
+            for k in kept
+            if k["labels"]["cause_node"] not in own
+        ]
+        kept = [k for k in kept if k["labels"]["cause_node"] in own]
         if row["cause_node"] == node and row["labels"].get("severity") == severity:
-            if cleared:
-                self._set_kept(row, kept, cleared, now)
+            if ended:
+                self._set_kept(row, kept, ended, now)
             self._refresh(row, inc, top)  # the next re-send carries today's counts
             return True
-        if row["cause_node"] != node and row["cause_node"] in live:
+        if row["cause_node"] != node and row["cause_node"] in own:
             if severity is None:  # the new top is too unsure to page: the sent one stays alone
-                if cleared:
-                    self._set_kept(row, kept, cleared, now)
+                if ended:
+                    self._set_kept(row, kept, ended, now)
                 return True
             # a further cause: the one sent keeps firing beside it (see KEPT)
             kept.append(self._kept_entry(row))
-            self._set_kept(row, [], cleared, now)
+            self._set_kept(row, [], ended, now)
             rows[inc["id"]] = self._set_firing(
                 inc, top, severity, now, self._outbox(row), None, kept
             )
@@ -1296,12 +1322,12 @@ class Notifier:
         # the settled cause or its severity changed, or it fell below the floor
         same = row["cause_node"] == node
         because = UNSURE if severity is None else RESEVERED if same else SUPERSEDED
-        if not same and row["cause_node"] in named:
+        if not same and row["cause_node"] in named - live:
             because = CLEARED  # its own alerts resolved (a re-ranking named the next fault)
         was = (
             row["labels"].get("severity") if because == RESEVERED and self._hook_took(row) else None
         )
-        self._set_kept(row, [], cleared, now, save=False)
+        self._set_kept(row, [], ended, now, save=False)
         self._set_resolved(row, now, because)
         if severity is None:  # too unsure to page anyone: the incident page still shows it
             if kept:  # a cause still firing on its own alerts takes the row (see KEPT)
@@ -1336,14 +1362,15 @@ class Notifier:
         self,
         row: dict[str, Any],
         kept: list[dict[str, Any]],
-        cleared: list[dict[str, Any]],
+        ended: list[tuple[dict[str, Any], str]],
         now: float,
         save: bool = True,
     ) -> None:
-        """Make firing ``row`` carry ``kept`` (:data:`KEPT`) and owe the resolutions of
-        ``cleared`` (:data:`CLEARED`: every alert on their own nodes resolved), then store it."""
+        """Make firing ``row`` carry ``kept`` (:data:`KEPT`) and owe the resolutions of the kept
+        causes ``ended``, each ``(entry, why)``: :data:`CLEARED` (every alert on its own node
+        resolved) or :data:`SUPERSEDED` (the top cause explains it), then store it."""
         outbox = self._outbox(row)
-        outbox += [self._resolution(k, now, CLEARED) for k in cleared]
+        outbox += [self._resolution(k, now, because) for k, because in ended]
         delivery = dict(row.get("delivery") or {})
         delivery.pop(KEPT, None)
         if kept:

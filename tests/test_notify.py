@@ -16,6 +16,7 @@ from ui_helpers import STORM_LABELS, TRUE_ROOT, storm_alerts
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.app import create_app
+from fleetmind.serving.incidents.manager import explained_nodes
 from fleetmind.serving.notify import ALERTNAME, Notifier
 
 T0 = datetime.now(UTC) - timedelta(minutes=5)
@@ -183,34 +184,82 @@ def test_a_restart_neither_repeats_nor_forgets(app: TestClient) -> None:
     assert len(rec.calls) == first  # settled again on the same cause: nothing new to say
 
 
-def test_a_changed_top_cause_keeps_the_old_alert_while_its_alerts_fire(app: TestClient) -> None:
-    """The top cause changes while the alerts on the first cause's own node still fire: its
-    alert keeps firing (same labels) beside the new one, and the chat hears of a further cause,
-    not of a withdrawal (``notify.KEPT``)."""
-    rec, clock = Recorder(), Clock()
+def _ranked_first(c: TestClient, inc: dict, node: str) -> list[dict]:
+    """``inc``'s stored causes with the one on ``node`` moved first, carrying the alert nodes it
+    explains as the incident manager stores them (``manager.explained_nodes`` on the served
+    graph)."""
+    db = c.app.state.services.db
+    with db.read() as conn:
+        nodes = {str(a["node"]) for a in db.incident_alerts(conn, inc["id"]) if a["node"]}
+    causes = [dict(x) for x in db.get_incident(inc["id"])["causes"]]
+    (top,) = [x for x in causes if x["node"] == node]
+    graph = c.app.state.services.incidents.graphs.graph
+    top["explains"] = explained_nodes(graph, node, nodes)
+    return [top] + [x for x in causes if x is not top]
+
+
+def _change_top(app: TestClient, rec: Recorder, clock: Clock, node: str) -> tuple[dict, list]:
+    """Settle the storm incident's cause, then rank ``node`` first and let it settle: the
+    incident and the labels of the alerts posted first."""
     n = notifier(app, rec, clock)
     n.poll()
     clock.t += 31
     n.poll()
     inc = storm_incident(app)
-    services = app.app.state.services
-    causes = inc["causes"][1:] + inc["causes"][:1]
-    services.db.set_incident_rca(inc["id"], causes, "test", None)
+    causes = _ranked_first(app, inc, node)
+    app.app.state.services.db.set_incident_rca(inc["id"], causes, "test", None)
     first = [a["labels"] for body in rec.to(AM + "/api/v2/alerts") for a in body]
     rec.calls.clear()
     n.poll()
     assert rec.calls == []  # the new top has not settled yet
     clock.t += 31
     n.poll()
+    return inc, first
+
+
+def test_a_changed_top_cause_keeps_the_old_alert_while_its_alerts_fire(app: TestClient) -> None:
+    """The top cause changes to one that does not explain the first (the shared DNS: the host
+    does not depend on it) while the alerts on the first cause's own node still fire: its alert
+    keeps firing (same labels) beside the new one, and the chat hears of a further cause, not of
+    a withdrawal (``notify.KEPT``)."""
+    rec, clock = Recorder(), Clock()
+    inc, first = _change_top(app, rec, clock, "global/dns")
     posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
     old = [a for a in posted if a["labels"]["cause_node"] == TRUE_ROOT]
-    new = [a for a in posted if a["labels"]["cause_node"] == causes[0]["node"]]
+    new = [a for a in posted if a["labels"]["cause_node"] == "global/dns"]
     assert len(old) == 1 and "endsAt" not in old[0]
     assert old[0]["labels"] in first  # the same alert, its severity as it was
     assert len(new) == 1 and "endsAt" not in new[0]
     hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
     assert [h["fleetmind"]["status"] for h in hooks] == ["firing"]
     assert "A further root cause" in hooks[0]["text"] and "withdrawn" not in hooks[0]["text"]
+
+
+def test_a_new_top_cause_the_old_one_depends_on_withdraws_it(app: TestClient) -> None:
+    """The top cause changes to the cluster the host is a member of: the host's alerts still
+    fire, but a fault of the cluster explains them, so the host's alert is withdrawn ("root
+    cause changed", not "its alerts resolved") and the cluster's is the only one firing."""
+    rec, clock = Recorder(), Clock()
+    inc, _ = _change_top(app, rec, clock, "c0")
+    posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    mine = [a for a in posted if a["labels"]["incident"] == str(inc["id"])]
+    ended = [
+        (a["labels"]["cause_node"], a["annotations"].get("resolved_because"))
+        for a in mine
+        if a.get("endsAt")
+    ]
+    assert ended == [(TRUE_ROOT, "root cause changed")]
+    assert {a["labels"]["cause_node"] for a in mine if not a.get("endsAt")} == {"c0"}
+    hooks = [h["text"] for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
+    assert any("withdrawn" in h for h in hooks)
+    assert not any("A further root cause" in h for h in hooks)
+    rec.calls.clear()  # the next re-send carries the cluster alone
+    clock.t += app.app.state.services.settings.notify_resend_s + 1
+    notifier(app, rec, clock).poll()
+    again = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    assert [
+        a["labels"]["cause_node"] for a in again if a["labels"]["incident"] == str(inc["id"])
+    ] == ["c0"]
 
 
 def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:

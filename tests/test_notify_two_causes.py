@@ -7,7 +7,10 @@ notifier used to resolve the GPU's critical FleetMindRootCause ("root cause chan
 GPU's alerts still fired, send the host alone, and, once the host recovered, keep re-sending the
 healthy host as the cause: resolutions did not re-rank. Now the GPU's alert fires on beside the
 host's (``notify.KEPT``), the host's is resolved once its own alerts are ("its alerts
-resolved"), and the incident is ranked again on what still fires, naming the GPU.
+resolved"), and the incident is ranked again on what still fires, naming the GPU. A cause the
+new top cause explains (stored with the ranking, ``manager.EXPLAINS``: the pod on the failing GPU,
+the GPU on the host that went down) is a symptom of one fault and is withdrawn ("root cause
+changed"), so that one fault keeps one page.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from fleetmind.serving.incidents.manager import live_ranking
 from fleetmind.serving.notify import Notifier
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU, HOST = "c0/gpu/c0-h1/1", "c0/host/c0-h2"
+GPU, HOST, POD = "c0/gpu/c0-h1/1", "c0/host/c0-h2", "c0/pod/s2-1"
 ALERTS = NOTIFY_AM + "/api/v2/alerts"
 
 
@@ -167,13 +170,116 @@ def test_a_cause_with_no_alert_of_its_own_is_withdrawn(client: TestClient) -> No
         ([(HOST, 0.587), (GPU, 0.41)], {HOST, GPU}, False),  # the top still fires
         ([(GPU, 0.999), ("c0/host/c0-h1", 0.001), ("c0/pod/s2-1", 0.0)], {"c0/pod/s2-1"}, False),
         ([(HOST, 0.587), (GPU, 0.41)], set(), False),  # nothing fires: the incident closes
+        # the top recovered and only a cause it explains (its symptom) still fires
+        ([(GPU, 0.6, [POD]), (POD, 0.3)], {POD}, False),
+        ([(GPU, 0.6, []), (POD, 0.3)], {POD}, True),
     ],
 )
 def test_which_resolutions_rank_again(
-    causes: list[tuple[str, float]], firing: set[str], expected: bool
+    causes: list[tuple[Any, ...]], firing: set[str], expected: bool
 ) -> None:
     """The XID storm recovering root first (third case: only what it broke still fires, ranked
     near 0) is not ranked again (``test_incident_evidence``); a second fault outliving the first
     is."""
-    ranked = [{"node": n, "score": s} for n, s in causes]
+    ranked = [
+        {"node": c[0], "score": c[1], "explains": c[2] if len(c) > 2 else None} for c in causes
+    ]
     assert live_ranking(ranked, firing) is expected
+
+
+XID_SERVICES = ["ServiceErrorRateHigh", "ServiceLatencyHigh"]
+XID_PODS = ["ModelServerEngineDead", "KubePodCrashLooping"]
+XID_GPU = ["GPUXidError", "GPUFallenOffBus"]
+
+
+def _named(storm: str, names: list[str]) -> list[dict[str, Any]]:
+    return [a for a in _storm(storm) if a["labels"]["alertname"] in names]
+
+
+def _stored_top(c: TestClient) -> dict[str, Any]:
+    (inc,) = c.get("/api/v1/incidents").json()
+    return c.app.state.services.db.get_incident(inc["id"])["causes"][0]
+
+
+def test_a_symptom_paged_before_its_root_is_withdrawn_when_the_root_is_named(
+    client: TestClient,
+) -> None:
+    """One fault, its alerts arriving symptoms first (the XID storm: Services, then the pods,
+    then the GPU's XID): the crashing pod is paged while it is all the model sees, and withdrawn
+    ("root cause changed") when the GPU it runs on takes the top: never two pages at once."""
+    run = _Run(client)
+    run.deliver(_named("storm-gpu-xid", XID_SERVICES))
+    run.deliver(_named("storm-gpu-xid", XID_PODS))
+    assert run.top() == POD and (POD, "critical", None) in run.alerts()
+    run.deliver(_named("storm-gpu-xid", XID_GPU))
+    assert run.top() == GPU
+    assert POD in _stored_top(client)["explains"]  # the pod runs on the GPU
+    sent = run.alerts()
+    assert (POD, "critical", "root cause changed") in sent
+    assert [s for s in sent if s[2] is None] == [(GPU, "critical", None)]
+    assert not any("A further root cause" in m for m in run.chat())
+    run.posts.calls.clear()
+    run.clock.t += client.app.state.services.settings.notify_resend_s + 1
+    run.n.poll()
+    assert run.alerts() == [(GPU, "critical", None)]  # the pod is not re-sent
+
+
+def test_a_gpu_paged_before_its_host_went_down_is_withdrawn(client: TestClient) -> None:
+    """The host-down storm with the GPU's missing metrics first: the GPU is paged (warning),
+    then the host NotReady explains it: the GPU's alert is withdrawn, the host's is critical."""
+    run = _Run(client)
+    run.deliver(_named("storm-host-down", ["GPUMetricsAbsent"]))
+    assert run.alerts() == [("c0/gpu/c0-h2/0", "warning", None)]
+    run.deliver(_named("storm-host-down", ["KubeNodeNotReady", "KubeNodeUnreachable"]))
+    assert run.top() == HOST and "c0/gpu/c0-h2/0" in _stored_top(client)["explains"]
+    assert sorted(run.alerts()) == [
+        ("c0/gpu/c0-h2/0", "warning", "root cause changed"),
+        (HOST, "critical", None),
+    ]
+
+
+def test_a_ranking_stored_without_what_it_explains_keeps_the_earlier_cause(
+    client: TestClient,
+) -> None:
+    """Causes ranked before the top cause carried ``explains`` (an older replica's ranking)
+    explain nothing to the notifier: the earlier cause whose alerts fire stays paged beside the
+    new one rather than being withdrawn while it may be a second fault."""
+    run = _Run(client)
+    run.deliver(_named("storm-gpu-xid", XID_PODS))
+    assert run.alerts() == [(POD, "critical", None)]
+    db = client.app.state.services.db
+    run.posts.calls.clear()
+    assert (
+        client.post("/api/v1/alerts", json=webhook(_named("storm-gpu-xid", XID_GPU))).status_code
+        == 200
+    )
+    client.app.state.services.incidents.process_pending()
+    (inc,) = client.get("/api/v1/incidents").json()
+    causes = db.get_incident(inc["id"])["causes"]
+    assert causes[0]["node"] == GPU and POD in causes[0].pop("explains")
+    db.set_incident_rca(inc["id"], causes, inc["method"], inc["model_version"])
+    run.n.poll()
+    run.clock.t += client.app.state.services.settings.notify_settle_s + 1
+    run.n.poll()
+    assert sorted(run.alerts()) == sorted([(POD, "critical", None), (GPU, "critical", None)])
+
+
+def test_a_kept_cause_the_new_top_explains_is_withdrawn(client: TestClient) -> None:
+    """Both faults paged (the GPU kept beside the host); a ranking then names the cluster, which
+    both depend on: the host's alert and the kept GPU's are withdrawn ("root cause changed")."""
+    run = _Run(client)
+    run.deliver(_storm("storm-gpu-xid"))
+    run.deliver(_storm("storm-host-down", 180))
+    assert GPU not in _stored_top(client)["explains"]  # the host does not explain the GPU
+    db = client.app.state.services.db
+    (inc,) = client.get("/api/v1/incidents").json()
+    causes = db.get_incident(inc["id"])["causes"]
+    cluster = {**causes[0], "node": "c0", "kind": "cluster", "path": ["c0"]}
+    cluster["explains"] = [HOST, GPU, POD]
+    db.set_incident_rca(inc["id"], [cluster, *causes], inc["method"], inc["model_version"])
+    run.deliver([])
+    sent = run.alerts()
+    assert sorted(s for s in sent if s[2] is not None) == sorted(
+        [(HOST, "warning", "root cause changed"), (GPU, "critical", "root cause changed")]
+    )
+    assert [s[0] for s in sent if s[2] is None] == ["c0"]

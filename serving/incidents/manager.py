@@ -17,10 +17,11 @@ thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending al
    (a storm recovering root first would otherwise move its top cause to a symptom and page on-call
    again), but for one: the last firing alert on the top cause's own node resolved while another
    ranked cause, with at least :data:`LIVE_CAUSE_SHARE` of the score, still has a firing alert on
-   its own node (:func:`live_ranking`). Then a second fault outlived the first, and the incident is
-   ranked on its firing alerts, so that the fault still firing is named again. An incident none of
-   whose alerts matches a graph node gets no causes (there is nothing to rank; it is never
-   notified).
+   its own node and does not depend on the top cause (:func:`live_ranking`). Then a second fault
+   outlived the first, and the incident is ranked on its firing alerts, so that the fault still
+   firing is named again. The top cause is stored with the incident's alert nodes that depend on
+   it (:data:`EXPLAINS`), which the notifier reads. An incident none of whose alerts matches a
+   graph node gets no causes (there is nothing to rank; it is never notified).
 
 The SQL is in :mod:`fleetmind.serving.incidents.store`. Because the pending flag is durable, alerts
 stored just before a crash are grouped after the restart. Replicas on one database elect one worker
@@ -34,7 +35,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +80,22 @@ def is_data_source_state(row: dict[str, Any]) -> bool:
     return isinstance(reason, str) and reason.strip(" ").lower() in DATA_SOURCE_REASONS
 
 
+EXPLAINS = "explains"
+"""Key of a stored top cause (the first of an incident's ``causes``): the incident's alert nodes
+(the nodes its alerts were mapped to when grouped, firing or resolved) that depend on the cause,
+directly or through other nodes, on the graph it was ranked on (with the pod-to-GPU edges its
+alerts name, :mod:`fleetmind.rca.incident_graph`): the nodes a fault of the cause reaches
+(:func:`explained_nodes`; a host's pods and GPUs, a pod's Service, a callee's callers). Nearest
+first, at most :data:`EXPLAINS_MAX`. The notifier withdraws
+an earlier cause it sent that is listed here (a symptom of the new top cause) and keeps one that is
+not (a second fault, :data:`fleetmind.serving.notify.KEPT`). Absent from causes ranked before it
+was stored; the served API does not show it."""
+
+EXPLAINS_MAX = 256
+"""Most nodes :data:`EXPLAINS` lists (those nearest the cause, breadth first): an incident is ranked
+on its newest ``max_rank_alerts`` (1,000) alerts, and the notifier only asks about earlier top
+causes, which lie near the new one (a pod on the GPU, a GPU on the host)."""
+
 LIVE_CAUSE_SHARE = 0.05
 """Least score of a ranked cause other than the top for a resolution to re-rank its incident
 (:func:`live_ranking`): two unrelated faults share a single-root ranking (the example XID and
@@ -89,14 +107,70 @@ def live_ranking(causes: list[dict[str, Any]], firing_nodes: set[str]) -> bool:
     """Whether an incident ranked ``causes`` (stored, best first) is to be ranked on its firing
     alerts alone, their nodes ``firing_nodes``: no firing alert is left on the top cause's own
     node, while another cause with a score of at least :data:`LIVE_CAUSE_SHARE` has one on its
-    own node (a second fault outlived the top one). Nodes under a cause (a GPU under a host) do
-    not count for it: they are causes of their own."""
+    own node (a second fault outlived the top one) and is not among the nodes the top cause
+    explains (:data:`EXPLAINS`: what depends on it, a symptom still firing after its root
+    recovered, is no second fault). Nodes under a cause (a GPU under a host) do not count for it:
+    they are causes of their own."""
     if not causes or not firing_nodes or causes[0].get("node") in firing_nodes:
         return False
+    explained = set(causes[0].get(EXPLAINS) or ())
     return any(
-        c.get("node") in firing_nodes and float(c.get("score") or 0.0) >= LIVE_CAUSE_SHARE
+        c.get("node") in firing_nodes
+        and c.get("node") not in explained
+        and float(c.get("score") or 0.0) >= LIVE_CAUSE_SHARE
         for c in causes[1:]
     )
+
+
+_DEPENDENTS_KEY = "incident_dependents"
+"""Key of :func:`_dependents`' entry in the graph's own cache dict (``graph._derived``)."""
+
+
+def _dependents(graph: Any) -> dict[str, list[str]]:
+    """The nodes a fault of each node of ``graph`` reaches in one hop, cached in the graph's
+    ``_derived`` dict for its edge list: the nodes that depend on it (an edge's ``src`` from its
+    ``dst``), but for two kinds of edge, read as :func:`fleetmind.rca.anchoring.dependencies`
+    reads them: ``member_of`` a group other than a cluster goes from the member to the group only
+    (a pod's crash costs its Service capacity; a Service does not pass it on to the other pods),
+    and a ``link`` and the GPUs it is ``attached_to`` reach each other."""
+    cache = getattr(graph, "_derived", None)
+    hit = cache.get(_DEPENDENTS_KEY) if isinstance(cache, dict) else None
+    if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
+        return hit[2]
+    out: dict[str, list[str]] = {}
+    for e in graph.edges:
+        if e.kind == "member_of" and graph.node(e.dst).kind != "cluster":
+            out.setdefault(e.src, []).append(e.dst)
+            continue
+        out.setdefault(e.dst, []).append(e.src)
+        if e.kind == "attached_to" and graph.node(e.src).kind == "link":
+            out.setdefault(e.src, []).append(e.dst)
+    if isinstance(cache, dict):
+        cache[_DEPENDENTS_KEY] = (graph.edges, len(graph.edges), out)
+    return out
+
+
+def explained_nodes(
+    graph: Any, top: str, nodes: Iterable[str], limit: int = EXPLAINS_MAX
+) -> list[str]:
+    """Of node ids ``nodes`` (an incident's alert nodes), those a fault of node ``top`` of
+    ``graph`` (a :class:`fleetmind.data.graph.DependencyGraph`) reaches, directly or through other
+    nodes (:func:`_dependents`: what depends on it, and a pod's Service), breadth first (nearest
+    first), at most ``limit``; ``top`` itself is not listed. Empty when ``top`` is not a node of
+    ``graph``."""
+    wanted = {n for n in nodes if n != top}
+    if not wanted or top not in graph.index:
+        return []
+    reach = _dependents(graph)
+    seen, found, todo = {top}, [], deque([top])
+    while todo and len(found) < min(limit, len(wanted)):
+        for u in reach.get(todo.popleft(), ()):
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+                if u in wanted:
+                    found.append(u)
+    return found[:limit]
 
 
 RANK_RETRY_S = 5.0
@@ -660,17 +734,18 @@ class IncidentManager:
         start = time.perf_counter()
         try:
             result = self._find(model, graph, rows)
+            causes = self._explained(graph, rows, result)
             firing = [r for r in rows if r["status"] == "firing"]
             nodes = {str(r["node"]) for r in firing if r["node"] is not None}
-            if live_ranking([c.to_json() for c in result.causes], nodes):
+            if live_ranking(causes, nodes):
                 # a second fault outlived the top one: ranked on what still fires, it is named
                 result = self._find(model, graph, firing)
+                causes = self._explained(graph, rows, result)
         except Exception as err:
             log.warning("RCA failed on incident %s: %s", inc_id, err)
             return
         if self.metrics is not None:
             self.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-        causes = [c.to_json() for c in result.causes]
         if not all(math.isfinite(c["score"]) for c in causes):
             # JSON has no NaN or infinity: PostgreSQL refuses the write (a DataError at every
             # try), and a stored one could not be served as JSON; the last ranking is kept
@@ -687,6 +762,18 @@ class IncidentManager:
             result.model_version or model.version,
             ranked_state=state,
         )
+
+    @staticmethod
+    def _explained(graph: Any, rows: list[dict[str, Any]], result: Any) -> list[dict[str, Any]]:
+        """``result``'s causes as stored, the top one with :data:`EXPLAINS`: which of the nodes
+        of stored alerts ``rows`` depend on it, on the incident's graph (the served ``graph``
+        plus the pod-to-GPU edges all of ``rows`` name)."""
+        causes = [c.to_json() for c in result.causes]
+        if causes:
+            g, _ = incident_graph(graph, [alert_dict(r) for r in rows])
+            nodes = {str(r["node"]) for r in rows if r["node"] is not None}
+            causes[0][EXPLAINS] = explained_nodes(g, str(causes[0]["node"]), nodes)
+        return causes
 
     def _find(self, model: Any, graph: Any, rows: list[dict[str, Any]]) -> Any:
         """The served analyzer's anchored ranking of stored alerts ``rows`` on ``graph``."""
