@@ -86,6 +86,14 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="the Kubernetes Node this host is, for --nvml (default: environment variable "
         "NODE_NAME, set in a pod from the downward API's spec.nodeName; else the hostname)",
     )
+    b.add_argument(
+        "--template-links",
+        action="store_true",
+        help="add each GPU host's NVLink pairs or PCIe switches from its GPU model's template as "
+        "link nodes, as the RCA model was trained on, so a broken link can be named (a host "
+        "--nvml covers keeps NVML's links only; 28 per 8-GPU SXM host: about 2.3x the nodes and "
+        "memory of a graph of such hosts)",
+    )
     b.set_defaults(func=_build)
 
     s = sub.add_parser(
@@ -322,7 +330,8 @@ def _build(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", GraphBuildWarning)
         model = build_graph(nodes, pods, services, slices, cluster=args.cluster, calls=calls,
-                            nvlinks=nvlinks, name=args.name)  # fmt: skip
+                            nvlinks=nvlinks, name=args.name,
+                            template_links=args.template_links)  # fmt: skip
     for w in caught:
         if issubclass(w.category, GraphBuildWarning):
             text = terminal_safe(" ".join(str(w.message).split()))

@@ -786,6 +786,22 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     return get_template(f"pcie-{n_gpus}gpu", key)
 
 
+def known_telemetry_template(model: str, n_gpus: int) -> NodeTemplate | None:
+    """:func:`telemetry_template_for`'s template of a node whose GPU model is known (a
+    :data:`~fleetmind.data.topology.GPU_SPECS` key, or an NVML / DCGM name of one), without its
+    warning; None for an unknown name, a MIG instance's name (:func:`names_mig_instances`) or no GPUs.
+
+    :param model: the GPU model as telemetry or a node label reports it.
+    :param n_gpus: GPUs of the node.
+    """
+    name = str(model or "").strip()
+    if n_gpus < 1 or names_mig_instances(name):
+        return None
+    if name not in GPU_SPECS and not _spec_key(name, None)[1]:
+        return None
+    return telemetry_template_for(name, n_gpus)
+
+
 def _warn_unknown_model(name: str, n_gpus: int) -> None:
     """Warn once per process that telemetry model ``name`` is not in the spec table.
 

@@ -16,6 +16,7 @@ labels Prometheus rules carry):
 | ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
+| the interconnect of the GPU model's template (every other GPU host whose ``gpu_model`` and GPU count have one, :func:`fleetmind.data.fleet_io.known_telemetry_template`; not MIG nodes; with ``template_links=True``, ``fleetmind graph build --template-links``) | ``<c>/link/<node>/nvl-<i>-<j>`` per NVLink-connected pair, or ``<c>/link/<node>/pcie-sw<k>`` per shared PCIe switch ``link`` (match ``cluster``, ``node``, ``link``; attrs ``level``, ``bandwidth_gbps``: the link nodes of the RCA training graphs, :func:`fleetmind.data.topology.template_links`) | ``attached_to`` each GPU it joins |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts), ``addresses`` (its IPs, :func:`_pod_addresses`, which tell a prober's target ``instance`` from its own) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
@@ -33,13 +34,14 @@ from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.files import read_text
-from fleetmind.data.fleet_io import discover_local_fleet
+from fleetmind.data.fleet_io import discover_local_fleet, known_telemetry_template
 from fleetmind.data.graph_schema import (
     MAX_GRAPH_EDGES,
     MAX_GRAPH_NODES,
     GraphModel,
     validation_message,
 )
+from fleetmind.data.topology import template_links as topology_template_links
 
 CLUSTER_LABEL = "fleetmind.io/cluster"
 GPU_INDEX_ANNOTATION = "alibabacloud.com/gpu-index"
@@ -348,6 +350,7 @@ def build_graph(
     calls: Iterable[tuple[str, str]] = (),
     nvlinks: Mapping[str, Iterable[int]] | None = None,
     name: str | None = None,
+    template_links: bool = False,
 ) -> GraphModel:
     """The dependency graph of one cluster (see the module docstring).
 
@@ -360,8 +363,13 @@ def build_graph(
             :class:`GraphBuildWarning` counting them, when the cluster is named (``cluster`` or
             the node label; all are kept under the ``default`` fallback).
         nvlinks: ``{node name: GPU indices with an active NVLink}`` (:func:`nvlinks_from_nvml`); a
-            name that is no Node gives a :class:`GraphBuildWarning`.
+            name that is no Node gives a :class:`GraphBuildWarning`. A host named here gets
+            these links only, not its template's.
         name: graph name (default ``k8s-<cluster>``).
+        template_links: add the link nodes of each GPU host's template (the module docstring's
+            table), as the RCA model's training graphs have them: without them a broken NVLink
+            cannot be named as a cause. Off by default: 28 NVLink pairs per 8-GPU SXM host more
+            than double the nodes and memory of a large GPU fleet's graph (docs/graph.md).
 
     Raises:
         DataError: a document is not a list response; the graph would pass
@@ -383,7 +391,7 @@ def build_graph(
     c = str(cluster)
     b = _Builder(name or f"k8s-{c}")
     b.node(c, "cluster", c, {"cluster": c})
-    gpus_of = _add_hosts(b, c, node_items, nvlinks or {})
+    gpus_of = _add_hosts(b, c, node_items, nvlinks or {}, template_links)
     whole = _whole_gpu_nodes(node_items, gpus_of)
     svc_ids, selectors = _add_services(b, c, svc_items)
     members, node_endpoints = _slice_members(slice_items, svc_ids)
@@ -484,10 +492,16 @@ def _calls_of_cluster(
 
 
 def _add_hosts(
-    b: _Builder, c: str, node_items: list[dict[str, Any]], nvlinks: Mapping[str, Iterable[int]]
+    b: _Builder,
+    c: str,
+    node_items: list[dict[str, Any]],
+    nvlinks: Mapping[str, Iterable[int]],
+    template_links: bool = False,
 ) -> dict[str, int]:
-    """Add each Kubernetes node as a host with its GPUs and NVLink; return GPUs per node name."""
+    """Add each Kubernetes node as a host with its GPUs and NVLink (NVML's, else its template's
+    when ``template_links``); return GPUs per node name."""
     gpus_of: dict[str, int] = {}
+    links_of: dict[tuple[str, int], tuple[tuple[str, tuple[int, ...], str, float], ...]] = {}
     for n in node_items:
         nm = str(_meta(n).get("name") or "")
         if not nm:
@@ -510,6 +524,10 @@ def _add_hosts(
             g = b.node(f"{c}/gpu/{nm}/{i}", "gpu", c, {"cluster": c, "node": nm, "gpu": str(i)},
                        model=model, memory_mib=memory or None)  # fmt: skip
             b.edge(g, host, "attached_to")
+        if template_links and whole_gpu and nm not in nvlinks and model:
+            if (str(model), k) not in links_of:
+                links_of[(str(model), k)] = _template_links(str(model), k)
+            _add_template_links(b, c, nm, links_of[(str(model), k)])
         linked = sorted(set(nvlinks.get(nm, ())))
         if len(linked) > 1:
             link = b.node(f"{c}/link/{nm}/nvlink", "link", c,
@@ -526,6 +544,26 @@ def _add_hosts(
             stacklevel=3,
         )
     return gpus_of
+
+
+def _template_links(model: str, n_gpus: int) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
+    """The link nodes (:func:`fleetmind.data.topology.template_links`) of the template of
+    ``n_gpus`` GPUs of ``model``; none when the model is unknown (no template)."""
+    t = known_telemetry_template(model, n_gpus)
+    return () if t is None or t.n_gpus != n_gpus else topology_template_links(t)
+
+
+def _add_template_links(
+    b: _Builder, c: str, nm: str, links: tuple[tuple[str, tuple[int, ...], str, float], ...]
+) -> None:
+    """Add node ``nm``'s ``links`` (``(label, GPU indices, level, GB/s)``) as ``link`` nodes
+    named, matched and connected as the RCA training graphs' (:mod:`fleetmind.data.rca_gen.graphs`)."""
+    for label, gpus, level, bw in links:
+        link = b.node(f"{c}/link/{nm}/{label}", "link", c,
+                      {"cluster": c, "node": nm, "link": label}, level=level,
+                      bandwidth_gbps=bw)  # fmt: skip
+        for i in gpus:
+            b.edge(link, f"{c}/gpu/{nm}/{i}", "attached_to")
 
 
 def _node_addresses(node: Mapping[str, Any], name: str) -> list[str] | None:

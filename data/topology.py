@@ -790,25 +790,33 @@ def rca_host_templates() -> dict[str, HostTemplate]:
         "pcie-l40s-8": get_template("pcie-8gpu", "L40S"),
         "pcie-a10-4": get_template("pcie-4gpu", "A10"),
     }
-    out: dict[str, HostTemplate] = {}
-    for name, t in sources.items():
-        bw = t.bandwidth_gbps()
-        g = t.n_gpus
-        links: list[tuple[str, tuple[int, ...], str, float]] = []
-        if (t.nvlinks > 0).any():
-            for i in range(g):
-                for j in range(i + 1, g):
-                    if t.nvlinks[i, j] > 0:
-                        label = link_label(int(t.level[i, j]), int(t.nvlinks[i, j]))
-                        links.append((f"nvl-{i}-{j}", (i, j), label, float(bw[i, j])))
-        else:
-            groups: dict[int, list[int]] = {}
-            for i in range(g):
-                peers = [j for j in range(g) if t.level[i, j] in (LinkLevel.PIX, LinkLevel.BRD)]
-                if peers:
-                    groups.setdefault(min([i, *peers]), []).append(i)
-            for k, members in enumerate(groups.values()):
-                a, b = members[0], members[-1]
-                links.append((f"pcie-sw{k}", tuple(members), "PIX", float(bw[a, b])))
-        out[name] = HostTemplate(name, DCGM_MODEL_NAMES[name], g, tuple(links))
-    return out
+    return {
+        name: HostTemplate(name, DCGM_MODEL_NAMES[name], t.n_gpus, template_links(t))
+        for name, t in sources.items()
+    }
+
+
+def template_links(t: NodeTemplate) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
+    """The interconnect ``link`` nodes of template ``t``, as :func:`rca_host_templates` lists them:
+    ``(label, GPU indices joined, level, GB/s)``, one per NVLink-connected pair (``"nvl-i-j"``,
+    level ``NV#``) or, on a server without NVLink, one per PCIe switch shared by GPUs
+    (``"pcie-swK"``, level ``PIX``); bandwidth from :meth:`NodeTemplate.bandwidth_gbps`."""
+    bw = t.bandwidth_gbps()
+    g = t.n_gpus
+    links: list[tuple[str, tuple[int, ...], str, float]] = []
+    if (t.nvlinks > 0).any():
+        for i in range(g):
+            for j in range(i + 1, g):
+                if t.nvlinks[i, j] > 0:
+                    label = link_label(int(t.level[i, j]), int(t.nvlinks[i, j]))
+                    links.append((f"nvl-{i}-{j}", (i, j), label, float(bw[i, j])))
+        return tuple(links)
+    groups: dict[int, list[int]] = {}
+    for i in range(g):
+        peers = [j for j in range(g) if t.level[i, j] in (LinkLevel.PIX, LinkLevel.BRD)]
+        if peers:
+            groups.setdefault(min([i, *peers]), []).append(i)
+    for k, members in enumerate(groups.values()):
+        a, b = members[0], members[-1]
+        links.append((f"pcie-sw{k}", tuple(members), "PIX", float(bw[a, b])))
+    return tuple(links)
