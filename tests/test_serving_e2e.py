@@ -239,6 +239,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "GpuLowUtilisation",
                 "fleetmind:gpu_last_xid:info",  # the recording rule GpuXidError reads
                 "GpuXidError",
+                "GpuPcieReplays",
                 "CrossClusterLatencyHigh",
                 "PendingPodsOverQueueCapacity",
                 "ModelWeightLoadFailures",

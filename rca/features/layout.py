@@ -94,7 +94,8 @@ ALERTNAME_VOCAB: tuple[str, ...] = (
     "HighMemory",
 )
 """Alert names with their own count column (the simulator's rule catalog, ``data/rca_gen``, plus generic
-names); unseen names go to ``name:other`` and still light up their :data:`KEYWORD_GROUPS`."""
+names); names in :data:`ALERTNAME_ALIASES` count in their vocabulary name's column, other unseen names go
+to ``name:other``, and all still light up their :data:`KEYWORD_GROUPS`."""
 
 KEYWORD_GROUPS: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu", "xid", "dcgm", "cuda", "ecc"),
@@ -111,7 +112,18 @@ KEYWORD_GROUPS: dict[str, tuple[str, ...]] = {
 }
 """Keyword groups matched (case-insensitively, as substrings) against each alert name."""
 
+ALERTNAME_ALIASES: dict[str, str] = {
+    # deploy/fleetmind-rules.yml (users route on these names, so the rules keep them)
+    "GpuXidError": "GPUXidError",
+    "GpuLowUtilisation": "GPUUtilizationLow",
+}
+"""Alert names counted in the ``name:*`` column of another, vocabulary name: the names FleetMind's own
+rules (``deploy/fleetmind-rules.yml``) give to an alert the vocabulary spells differently. Only the
+name column follows the alias; :data:`KEYWORD_GROUPS` are still matched in the alert's own name.
+Adding an alias changes no column, so it needs no new :data:`FEATURE_VERSION`."""
+
 _NAME_INDEX = {n: i for i, n in enumerate(ALERTNAME_VOCAB)}
+_NAME_INDEX.update({a: _NAME_INDEX[n] for a, n in ALERTNAME_ALIASES.items()})
 
 _SEV_INDEX = {s: i for i, s in enumerate(SEVERITIES)}
 
