@@ -21,7 +21,11 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
-used and fully loaded: a cluster with many of them looks worse.
+used and fully loaded: a cluster with many of them looks worse. Cordoned and not-Ready nodes
+(``NodeState.schedulable`` false: a node being drained for maintenance or a driver upgrade) are
+left out of every signal, their GPUs and placeholders too: they take no new work either way, so a
+node whose exporter is gone mid-upgrade does not count as saturated, nor a drained idle one as
+spare capacity.
 
 Weights start at ``w0 = (0.4, 0.35, 0.25)`` (utilisation, VRAM, latency) and adapt online with load:
 after each refresh ``m_i <- (1 - a) m_i + a mean_c(s_ic)`` (``a = 0.1``, ``m`` starting at 0) and
@@ -114,11 +118,16 @@ def snapshot_signals(snapshot: FleetSnapshot) -> dict[str, ClusterSignals]:
     Prometheus pass through, would otherwise make the sum NaN, and ``min(1.0, nan)`` is 1.0: the
     whole cluster saturated), as :func:`~fleetmind.serving.telemetry.base.free_milli_from_memory`
     treats it.
+
+    A node that is not schedulable (cordoned, or its ``Ready`` condition ``False``/``Unknown``)
+    counts in no signal: its cluster is still listed, with ``None`` where no other node reads.
     """
     acc: dict[str, dict[str, float]] = {}
     for n in snapshot.nodes:
         a = acc.setdefault(n.cluster, dict.fromkeys(
             ("util", "util_n", "used", "total", "cpu_used", "cpu_alloc"), 0.0))  # fmt: skip
+        if not n.schedulable:  # draining for maintenance: its GPUs take no new work
+            continue
         for g in n.gpus:
             total = _finite(g.mem_total_mib)
             if not g.healthy:

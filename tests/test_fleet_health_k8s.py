@@ -113,11 +113,15 @@ def test_a_gpu_out_for_a_hardware_xid_is_not_counted_twice() -> None:
 
 @pytest.mark.parametrize(
     "capacity, allocatable",
-    [(8.0, None), (8.0, 8.0), (None, None), (None, 7.0), (8.0, float("nan")), (8.0, 0.0)],
+    [(8.0, None), (8.0, 8.0), (None, None), (None, 7.0), (None, 0.0), (8.0, float("nan"))],
 )
 def test_nothing_is_marked_where_allocatable_does_not_say_so(
     capacity: float | None, allocatable: float | None
 ) -> None:
+    """A missing series (kube-state-metrics not scraping it) or a NaN is no reading. Allocatable 0
+    with capacity known is a reading (the device plugin not serving: every device of its stopped
+    endpoint unhealthy, ``markResourceUnhealthy`` in kubernetes
+    ``pkg/kubelet/cm/devicemanager/manager.go``); see tests/test_fleet_health_device_plugin.py."""
     (n,) = build_nodes(dcgm("n1", 8, {3: 69.0}), ksm_node("n1", capacity, allocatable))
     assert all(g.healthy for g in n.gpus)
 
@@ -157,8 +161,9 @@ def test_mig_mixed_strategy_counts_the_whole_gpus_only() -> None:
     samples = dcgm("mx", 1) + _mig("mx", [(1, 1, "1g.10gb"), (1, 2, "1g.10gb")])
     (n,) = build_nodes(samples, ksm_node("mx", 1.0, 1.0))
     assert all(g.healthy for g in n.gpus)
-    (n,) = build_nodes(samples, ksm_node("mx", 1.0, 0.0))  # GPU 0 out: allocatable 0 says nothing
-    assert all(g.healthy for g in n.gpus)
+    (n,) = build_nodes(samples, ksm_node("mx", 1.0, 0.0))  # GPU 0 out; the instances stay
+    assert [(g.index, g.healthy, g.unallocatable) for g in n.gpus] == [
+        (0, False, True), (201, True, False), (202, True, False)]  # fmt: skip
 
 
 def test_mig_single_strategy_counts_instances() -> None:

@@ -52,8 +52,9 @@ class GpuState:
     not already show (:mod:`fleetmind.serving.scheduler.reservations`)."""
     unallocatable: bool = False
     """Reported healthy by its exporter, but out of the node's allocatable ``nvidia.com/gpu``: the
-    NVIDIA device plugin marked it unhealthy (and never back), so Kubernetes will never allocate
-    it; shown unhealthy with nothing free
+    NVIDIA device plugin marked it unhealthy (for good, after some XIDs) or is not serving (its
+    pod restarting or paused for a driver upgrade: allocatable 0), so Kubernetes will not allocate
+    it while that lasts; shown unhealthy with nothing free
     (:func:`~fleetmind.serving.telemetry.prometheus.mark_unallocatable_gpus`)."""
 
 

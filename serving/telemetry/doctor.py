@@ -429,12 +429,34 @@ def _missing_gpus(snap: Any) -> list[Finding]:
     ]
 
 
+def _device_plugin_down(node: Any) -> bool:
+    """Whether every GPU with MIG disabled on ``node`` (one at least) is out of allocatable: what
+    :func:`~fleetmind.serving.telemetry.prometheus.mark_unallocatable_gpus` makes of an
+    allocatable ``nvidia.com/gpu`` of 0 (the device plugin not serving)."""
+    plain = [g for g in node.gpus if g.mig_parent is None and not g.missing]
+    return bool(plain) and all(g.unallocatable for g in plain)
+
+
 def _unschedulable(snap: Any) -> list[Finding]:
     """GPUs out of their node's allocatable ``nvidia.com/gpu`` though their exporter reports them
     (the device plugin marked them unhealthy), and nodes cordoned or not Ready: placements use
     neither."""
     out = []
-    lost = [f"{n.name}/{g.index}" for n in snap.nodes for g in n.gpus if g.unallocatable]
+    idle = [n for n in snap.nodes if _device_plugin_down(n)]
+    if idle:
+        out.append(
+            Finding(
+                "warn",
+                "nodes",
+                f"{len(idle)} node(s) with allocatable nvidia.com/gpu 0: the NVIDIA device plugin "
+                f"is not serving there (its pod restarting or crash-looping, or paused for a "
+                f"driver upgrade: node label nvidia.com/gpu.deploy.device-plugin), or it "
+                f"marked every GPU unhealthy: "
+                f"{', '.join(n.name for n in idle[:5])}; their GPUs are shown unhealthy",
+            )
+        )
+    lost = [f"{n.name}/{g.index}" for n in snap.nodes if n not in idle
+            for g in n.gpus if g.unallocatable]  # fmt: skip
     if lost:
         out.append(
             Finding(

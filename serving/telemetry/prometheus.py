@@ -47,7 +47,9 @@ they come back once the window holds no hardware XID. The NVIDIA device plugin i
 marks a device unhealthy, for good, on every XID but 13, 31, 43, 45, 68 and 109
 (:data:`DEVICE_PLUGIN_IGNORED_XIDS`), and the kubelet leaves it out of allocatable
 ``nvidia.com/gpu``; where a node's healthy reported GPUs exceed that allocatable, the surplus is
-marked unhealthy too (:func:`mark_unallocatable_gpus`): Kubernetes will never allocate it.
+marked unhealthy too (:func:`mark_unallocatable_gpus`): Kubernetes will never allocate it. An
+allocatable of 0 (the device plugin not serving: restarting, crash-looping, paused for a driver
+upgrade) takes every GPU with MIG disabled out, until the plugin serves again.
 
 Schedulable nodes. A cordoned node (``kube_node_spec_unschedulable`` = 1) and one whose ``Ready``
 condition is ``False`` or ``Unknown`` (``kube_node_status_condition``) are flagged on the node
@@ -2112,16 +2114,31 @@ def mark_unallocatable_gpus(node: NodeState, counted: dict[str, float]) -> None:
     highest index. Counted as ``nvidia.com/gpu`` counts them: the GPUs with MIG disabled, or on a
     node whose records are all MIG instances of one profile (the ``single`` strategy) the
     instances. Only where the kubelet itself counts devices out (allocatable below capacity, both
-    known): nothing is marked where either is unknown, where allocatable is 0 (a ``mixed`` MIG
-    node has no ``nvidia.com/gpu``), or where the two agree (a replicas label that does not match
-    the devices advertised then takes no GPU out)."""
+    known): nothing is marked where either series is missing or not finite (kube-state-metrics
+    not scraping it: no reading), or where the two agree (a replicas label that does not match
+    the devices advertised then takes no GPU out).
+
+    Allocatable 0 is the device plugin not serving (its DaemonSet restarting or crash-looping, or
+    the GPU Operator's driver manager pausing it with ``nvidia.com/gpu.deploy.device-plugin=
+    paused-for-driver-upgrade``): the kubelet marks every device of a stopped endpoint unhealthy
+    (capacity N, allocatable 0) and, once the endpoint's 5-minute grace period ends, sets both to
+    0 (``runEndpoint`` -> ``markResourceUnhealthy``, ``GetCapacity`` in
+    ``pkg/kubelet/cm/devicemanager/manager.go``; ``MachineInfo`` in
+    ``pkg/kubelet/nodestatus/setters.go`` keeps the resource at 0). Then every reported GPU with
+    MIG disabled is marked, capacity N or 0 alike; MIG instances are not (a ``mixed`` MIG node
+    advertises them as ``nvidia.com/mig-<profile>``, and its ``nvidia.com/gpu`` is 0)."""
     alloc = counted.get("kube_node_status_allocatable")
     cap = counted.get("kube_node_status_capacity")
-    if not alloc or cap is None or not math.isfinite(alloc) or not alloc < cap:
+    if alloc is None or cap is None or not math.isfinite(alloc) or not math.isfinite(cap):
         return
     plain = [g for g in node.gpus if g.mig_parent is None]
     profiles = {g.model for g in node.gpus if g.mig_parent is not None}
-    pool = plain if plain else (node.gpus if len(profiles) == 1 else [])
+    if alloc <= 0:  # the device plugin serves no device: every GPU with MIG disabled is out
+        pool = plain
+    elif alloc < cap:
+        pool = plain if plain else (node.gpus if len(profiles) == 1 else [])
+    else:
+        return
     healthy = [g for g in pool if g.healthy and not g.missing]
     surplus = len(healthy) - int(alloc) // max(1, node.gpu_replicas)
     if surplus <= 0:
