@@ -105,7 +105,8 @@ the top one, oldest first, each ``{"labels", "annotations", "starts_at", "hook":
 webhook took its firing message>}``. A sent cause stays firing (its labels, severity included, as
 they were) while an alert of the incident on its own node (the node itself, not the nodes under
 it: a GPU under a host is a cause of its own) still fires and the top cause does not explain it
-(:func:`explained_by`): a second, unrelated fault that joins an incident takes the top of the
+(:func:`explained_by`; a top cause below the warning floor pages no one and explains nothing
+here): a second, unrelated fault that joins an incident takes the top of the
 model's single-root ranking, and the first fault still wants its page, while a symptom paged
 before its root was seen (a pod crashing on the GPU that fails) is withdrawn (:data:`SUPERSEDED`)
 when the root takes the top. It is re-sent with the top cause's alert and resolved once its own
@@ -1295,7 +1296,9 @@ class Notifier:
         live, named = (
             self._alert_nodes(inc["id"]) if kept or row["cause_node"] != node else (set(), set())
         )
-        own = live - explained_by(top)  # nodes of earlier causes still firing on their own
+        # nodes of earlier causes still firing on their own; a top too unsure to page (below
+        # the warning floor) supersedes nothing, whatever it explains: the sent cause stays
+        own = live - explained_by(top) if severity is not None else live
         ended = [  # kept causes to resolve: their alerts resolved, or the top cause explains them
             (k, SUPERSEDED if k["labels"]["cause_node"] in live else CLEARED)
             for k in kept

@@ -283,3 +283,54 @@ def test_a_kept_cause_the_new_top_explains_is_withdrawn(client: TestClient) -> N
         [(HOST, "warning", "root cause changed"), (GPU, "critical", "root cause changed")]
     )
     assert [s[0] for s in sent if s[2] is None] == ["c0"]
+
+
+def test_a_top_cause_too_unsure_to_page_withdraws_no_page(client: TestClient) -> None:
+    """The crashing pod is paged critical; a ranking then puts its GPU first but below the warning
+    floor (score 0.2), listing the pod among what it explains. A cause that pages no one cannot
+    supersede one that does: the pod's alert fires on (it was resolved "score below the floor",
+    and nothing paged while its alerts fired) and is re-sent."""
+    run = _Run(client)
+    run.deliver(_named("storm-gpu-xid", XID_PODS))
+    assert run.alerts() == [(POD, "critical", None)]
+    db = client.app.state.services.db
+    (inc,) = client.get("/api/v1/incidents").json()
+    causes = db.get_incident(inc["id"])["causes"]
+    gpu = {**causes[0], "node": GPU, "kind": "gpu", "path": [GPU, POD], "score": 0.2}
+    gpu["explains"] = [POD]
+    db.set_incident_rca(inc["id"], [gpu, *causes], inc["method"], inc["model_version"])
+    run.deliver([])
+    run.deliver([])
+    assert all(s[2] is None for s in run.alerts())  # nothing resolved
+    run.posts.calls.clear()
+    run.clock.t += client.app.state.services.settings.notify_resend_s + 1
+    run.n.poll()
+    assert run.alerts() == [(POD, "critical", None)]
+
+
+def _gpu_alert(alertname: str, gpu: str, xid: str) -> dict[str, Any]:
+    """A GPU alert as ``examples/storm-gpu-xid.json`` writes its ``GPUXidError`` (labels
+    ``cluster``, ``node``, ``gpu``, ``xid``; DCGM's XID 48 is a double-bit ECC error), on host
+    c0-h1's GPU ``gpu``."""
+    (xid_alert,) = _named("storm-gpu-xid", ["GPUXidError"])
+    labels = {**xid_alert["labels"], "alertname": alertname, "gpu": gpu, "xid": xid}
+    return {**xid_alert, "labels": labels, "fingerprint": f"00000000000000{gpu}f"}
+
+
+def test_a_fault_on_a_peer_gpu_of_the_same_host_is_no_symptom(client: TestClient) -> None:
+    """A double-bit error on GPU 3 of host c0-h1 is paged critical; then the XID storm fails GPU
+    1 of the same host and takes the top. The host's NVLink node joins both GPUs, but a GPU does
+    not explain its peers through it: GPU 3's page fires on beside GPU 1's (it was withdrawn,
+    "root cause changed", while its double-bit error fired)."""
+    graph = client.app.state.services.incidents.graphs.graph
+    link = "c0/link/c0-h1/nvlink"
+    assert link in graph.index  # the served graph holds the host's NVLink node
+    peer = "c0/gpu/c0-h1/3"
+    run = _Run(client)
+    run.deliver([_gpu_alert("GPUDoubleBitError", "3", "48")])
+    assert run.alerts() == [(peer, "critical", None)]
+    run.deliver(_named("storm-gpu-xid", XID_GPU))
+    assert run.top() == GPU and peer not in _stored_top(client)["explains"]
+    sent = run.alerts()
+    assert (peer, "critical", None) in sent and (GPU, "critical", None) in sent
+    assert all(s[2] is None for s in sent)

@@ -85,14 +85,15 @@ EXPLAINS = "explains"
 (the nodes its alerts were mapped to when grouped, firing or resolved) that depend on the cause,
 directly or through other nodes, on the graph it was ranked on (with the pod-to-GPU edges its
 alerts name, :mod:`fleetmind.rca.incident_graph`): the nodes a fault of the cause reaches
-(:func:`explained_nodes`; a host's pods and GPUs, a pod's Service, a callee's callers). Nearest
-first, at most :data:`EXPLAINS_MAX`. The notifier withdraws
+(:func:`explained_nodes`; a host's pods and GPUs, a pod's Service, a callee's callers, a link's
+GPUs, never another GPU of the host). Nearest first, pods after every other kind, at most
+:data:`EXPLAINS_MAX`. The notifier withdraws
 an earlier cause it sent that is listed here (a symptom of the new top cause) and keeps one that is
 not (a second fault, :data:`fleetmind.serving.notify.KEPT`). Absent from causes ranked before it
 was stored; the served API does not show it."""
 
 EXPLAINS_MAX = 256
-"""Most nodes :data:`EXPLAINS` lists (those nearest the cause, breadth first): an incident is ranked
+"""Most nodes :data:`EXPLAINS` lists (those nearest the cause, breadth first, pods last): an incident is ranked
 on its newest ``max_rank_alerts`` (1,000) alerts, and the notifier only asks about earlier top
 causes, which lie near the new one (a pod on the GPU, a GPU on the host)."""
 
@@ -125,14 +126,22 @@ def live_ranking(causes: list[dict[str, Any]], firing_nodes: set[str]) -> bool:
 _DEPENDENTS_KEY = "incident_dependents"
 """Key of :func:`_dependents`' entry in the graph's own cache dict (``graph._derived``)."""
 
+_PODS_LAST = frozenset({"pod"})
+"""Node kinds :func:`explained_nodes` lists after all others: a host or a Service can have
+hundreds of alerting pods one hop away, which must not crowd the Service, GPUs or links out of
+the :data:`EXPLAINS_MAX` nodes listed."""
+
 
 def _dependents(graph: Any) -> dict[str, list[str]]:
     """The nodes a fault of each node of ``graph`` reaches in one hop, cached in the graph's
-    ``_derived`` dict for its edge list: the nodes that depend on it (an edge's ``src`` from its
-    ``dst``), but for two kinds of edge, read as :func:`fleetmind.rca.anchoring.dependencies`
-    reads them: ``member_of`` a group other than a cluster goes from the member to the group only
-    (a pod's crash costs its Service capacity; a Service does not pass it on to the other pods),
-    and a ``link`` and the GPUs it is ``attached_to`` reach each other."""
+    ``_derived`` dict for its edge list (build it for the served graph, and pass an incident's
+    extra edges to :func:`explained_nodes`, so that incidents share one table): the nodes that
+    depend on it (an edge's ``src`` from its ``dst``), but for two kinds of edge, read as
+    :func:`fleetmind.rca.anchoring.dependencies` reads them: ``member_of`` a group other than a
+    cluster goes from the member to the group only (a pod's crash costs its Service capacity; a
+    Service does not pass it on to the other pods), and a ``link``'s ``attached_to`` goes from the
+    link to its GPUs only (a broken link hangs the GPUs it joins; a GPU does not explain the
+    link, nor through it the other GPUs of its host)."""
     cache = getattr(graph, "_derived", None)
     hit = cache.get(_DEPENDENTS_KEY) if isinstance(cache, dict) else None
     if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
@@ -141,36 +150,52 @@ def _dependents(graph: Any) -> dict[str, list[str]]:
     for e in graph.edges:
         if e.kind == "member_of" and graph.node(e.dst).kind != "cluster":
             out.setdefault(e.src, []).append(e.dst)
-            continue
-        out.setdefault(e.dst, []).append(e.src)
-        if e.kind == "attached_to" and graph.node(e.src).kind == "link":
+        elif e.kind == "attached_to" and graph.node(e.src).kind == "link":
             out.setdefault(e.src, []).append(e.dst)
+        else:
+            out.setdefault(e.dst, []).append(e.src)
     if isinstance(cache, dict):
         cache[_DEPENDENTS_KEY] = (graph.edges, len(graph.edges), out)
     return out
 
 
 def explained_nodes(
-    graph: Any, top: str, nodes: Iterable[str], limit: int = EXPLAINS_MAX
+    graph: Any,
+    top: str,
+    nodes: Iterable[str],
+    limit: int = EXPLAINS_MAX,
+    extra: Iterable[Any] = (),
 ) -> list[str]:
     """Of node ids ``nodes`` (an incident's alert nodes), those a fault of node ``top`` of
-    ``graph`` (a :class:`fleetmind.data.graph.DependencyGraph`) reaches, directly or through other
-    nodes (:func:`_dependents`: what depends on it, and a pod's Service), breadth first (nearest
-    first), at most ``limit``; ``top`` itself is not listed. Empty when ``top`` is not a node of
-    ``graph``."""
+    ``graph`` (a :class:`fleetmind.data.graph.DependencyGraph`) plus edges ``extra`` (an
+    incident's ``pod -runs_on-> GPU`` edges, :mod:`fleetmind.rca.incident_graph`) reaches,
+    directly or through other nodes (:func:`_dependents`: what depends on it, and a pod's
+    Service), breadth first (nearest first), at most ``limit``: pods after every other kind
+    (:data:`_PODS_LAST`), so that many pods do not hide their Service; ``top`` itself is not
+    listed. Empty when ``top`` is not a node of ``graph``."""
     wanted = {n for n in nodes if n != top}
     if not wanted or top not in graph.index:
         return []
-    reach = _dependents(graph)
-    seen, found, todo = {top}, [], deque([top])
-    while todo and len(found) < min(limit, len(wanted)):
-        for u in reach.get(todo.popleft(), ()):
-            if u not in seen:
-                seen.add(u)
-                todo.append(u)
-                if u in wanted:
-                    found.append(u)
-    return found[:limit]
+    reach, more = _dependents(graph), {}
+    for e in extra:
+        more.setdefault(e.dst, []).append(e.src)
+    kinds = {n: graph.node(n).kind for n in wanted if n in graph.index}
+    rest = {n for n, k in kinds.items() if k not in _PODS_LAST}
+    n_last = len(kinds) - len(rest)
+    seen, todo = {top}, deque([top])
+    first: list[str] = []  # found nodes of other kinds than pods, nearest first
+    last: list[str] = []  # found pods, nearest first
+    while todo and (
+        len(first) < min(limit, len(rest)) or len(last) < min(limit - len(first), n_last)
+    ):
+        u = todo.popleft()
+        for v in (*reach.get(u, ()), *more.get(u, ())):
+            if v not in seen:
+                seen.add(v)
+                todo.append(v)
+                if v in wanted:
+                    (first if v in rest else last).append(v)
+    return (first + last)[:limit]
 
 
 RANK_RETRY_S = 5.0
@@ -772,7 +797,8 @@ class IncidentManager:
         if causes:
             g, _ = incident_graph(graph, [alert_dict(r) for r in rows])
             nodes = {str(r["node"]) for r in rows if r["node"] is not None}
-            causes[0][EXPLAINS] = explained_nodes(g, str(causes[0]["node"]), nodes)
+            extra = g.edges[len(graph.edges) :]  # its pod-to-GPU edges (the table is graph's)
+            causes[0][EXPLAINS] = explained_nodes(graph, str(causes[0]["node"]), nodes, extra=extra)
         return causes
 
     def _find(self, model: Any, graph: Any, rows: list[dict[str, Any]]) -> Any:
