@@ -391,7 +391,12 @@ class IncidentManager:
         self.config = dataclasses.replace(self.config, hops=value)
 
     def housekeeping(self, now: float | None = None, force: bool = False) -> None:
-        """Auto-resolve quiet incidents and delete old closed ones (at most once a minute)."""
+        """Auto-resolve quiet incidents, delete old closed ones and move feedback left on merged
+        incidents to the incident each ended in (at most once a minute, by the leader; its
+        first loop runs it). Such feedback comes during a rolling upgrade from replicas of
+        releases whose merges did not move it
+        (:meth:`~fleetmind.serving.incidents.store.IncidentStore.move_merged_feedback`; on a
+        clean database one indexed read)."""
         mono = time.monotonic()
         if not force and mono < self._next_housekeeping:
             return
@@ -408,6 +413,15 @@ class IncidentManager:
                 n_inc, n_alerts = self.db.purge(now - cfg.retention_s)
                 if n_inc or n_alerts:
                     log.info("retention: deleted %d incidents and %d alerts", n_inc, n_alerts)
+            moved, settled = self.store.move_merged_feedback()
+            if moved:
+                log.log(
+                    logging.INFO if settled else logging.WARNING,
+                    "feedback: moved %d rows left on merged incidents to the incident each ended"
+                    " in%s",
+                    moved,
+                    "" if settled else " (some chain loops or is too long: rows remain on one)",
+                )
 
     # ------------------------------------------------------------------ grouping
     def process_pending(self, limit: int = 500, defer: bool = False) -> int:

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
@@ -93,6 +93,47 @@ def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
 def _iso_seconds(t: float | None) -> str | None:
     """Stored unix seconds as an ISO 8601 string in UTC (``None`` stays ``None``)."""
     return iso_utc(t)  # clamped: rows stored before timestamps were bounded still read
+
+
+MERGE_STEPS = 100
+"""Steps along a ``merged_into`` chain (merges can chain; a cycle stops there), as
+:meth:`IncidentStore.follow_merges` and :func:`move_merged_feedback` follow one."""
+
+MERGED_FEEDBACK = text(
+    "SELECT count(*) FROM incident_feedback f JOIN incidents i ON i.id = f.incident_id"
+    " WHERE i.status = 'merged' AND i.merged_into IS NOT NULL"
+)
+"""How many feedback rows lie on merged incidents (``0`` on a clean database): the feedback
+index's rows each with its incident by primary key, no table scan."""
+
+MOVE_ONE_STEP = text(
+    "UPDATE incident_feedback SET incident_id = ("
+    " SELECT i.merged_into FROM incidents i WHERE i.id = incident_feedback.incident_id)"
+    " WHERE incident_id IN ("
+    " SELECT id FROM incidents WHERE status = 'merged' AND merged_into IS NOT NULL)"
+)
+"""One step: each feedback row of a merged incident to the incident it was merged into."""
+
+
+def move_merged_feedback(conn: Connection) -> tuple[int, bool]:
+    """Move the feedback stored on merged incidents to the end of each one's ``merged_into``
+    chain (ids and times kept, so the latest of the incidents merged together is the survivor's
+    label), in ``conn``'s transaction; idempotent. Returns ``(rows, settled)``: how many rows lay
+    on merged incidents, and whether none is left on one (``False``: a chain longer than
+    :data:`MERGE_STEPS` or a cycle, where the rows stop after that many steps).
+
+    The one implementation of Alembic revision ``0012`` (feedback of incidents merged by releases
+    that did not move it) and of the incident worker's housekeeping
+    (:meth:`IncidentStore.move_merged_feedback`: during a rolling upgrade a replica of such a
+    release keeps merging, and keeps storing feedback on incidents merged meanwhile, after that
+    revision ran). Plain SQL of the tables as revision ``0012`` has them."""
+    rows = int(conn.execute(MERGED_FEEDBACK).scalar_one())
+    if not rows:
+        return 0, True
+    for _ in range(MERGE_STEPS):
+        if not conn.execute(MOVE_ONE_STEP).rowcount:
+            return rows, True
+    return rows, not conn.execute(MERGED_FEEDBACK).scalar_one()
 
 
 class IncidentStore:
@@ -217,7 +258,7 @@ class IncidentStore:
 
     def follow_merges(self, conn: Connection, incident_id: int) -> int:
         """The incident ``incident_id`` was merged into, following ``merged_into`` chains."""
-        for _ in range(100):
+        for _ in range(MERGE_STEPS):
             row = conn.execute(
                 select(incidents.c.status, incidents.c.merged_into).where(
                     incidents.c.id == incident_id
@@ -227,6 +268,16 @@ class IncidentStore:
                 return incident_id
             incident_id = row.merged_into
         return incident_id
+
+    def move_merged_feedback(self) -> tuple[int, bool]:
+        """Housekeeping: :func:`move_merged_feedback` in a write transaction, only when a read
+        finds feedback on a merged incident (on a clean database one indexed read, no write
+        lock). Returns what that function returns (``(0, True)``: nothing to move)."""
+        with self.db.read() as conn:
+            if not conn.execute(MERGED_FEEDBACK).scalar_one():
+                return 0, True
+        with self.db.write() as conn:
+            return move_merged_feedback(conn)
 
     def reopen(self, conn: Connection, incident_id: int) -> OpenIncident | None:
         """Mark a stored incident open again; returns it as stored (``None``: no such incident)."""

@@ -14,6 +14,7 @@ import math
 import re
 import secrets
 import time
+from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
@@ -24,11 +25,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from pydantic import ValidationError
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, literal, select
 
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.redact import drop_secret_params
 from fleetmind.serving.db import alerts as alerts_table
+from fleetmind.serving.db import incidents as incidents_table
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import (
     THROTTLED_KEY,
@@ -45,6 +47,7 @@ from fleetmind.serving.feedback import (
     record_feedback,
 )
 from fleetmind.serving.health import telemetry_cluster_alias
+from fleetmind.serving.incidents.store import MERGE_STEPS
 from fleetmind.serving.notify import CLOSED, confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
@@ -1000,6 +1003,18 @@ NEWER_TOO = " {by} also saved a newer verdict ({root}{fault}) since the page was
 """Added to another refusal's message (an expired form, a merged incident) when newer feedback
 came too: the page then comes back with the newest id, so the verdict must be named now."""
 
+UNSHOWN_KEPT = (
+    "The latest verdict on this incident is {by}'s ({root}{fault}); your page did not show it, "
+    "so nothing was saved; it is shown below, and what you typed is kept: check it and save again."
+)
+""":data:`STALE_KEPT` for a verdict that may predate the page: one a merge brought from another
+incident (feedback ids are global: the page's ``seen`` says only that it did not show it)."""
+
+UNSHOWN_TOO = (
+    " The latest verdict on this incident is {by}'s ({root}{fault}); your page did not show it."
+)
+""":data:`NEWER_TOO` for a verdict that may predate the page (:data:`UNSHOWN_KEPT`)."""
+
 FORM_FIELDS = ("root_cause", "fault_type", "by", "note")
 """The feedback form's fields kept when a post is refused (its hidden ``seen`` is not: the page
 shows the newest feedback id it has, and the message names any newer than the form's)."""
@@ -1008,13 +1023,40 @@ SEEN_DIGITS = 18
 """The longest ``seen`` read (an id, ASCII digits; a 64-bit id has at most 19)."""
 
 
-def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> dict[str, str] | None:
+def _last_merge_into(services: Any, incident_id: int) -> float | None:
+    """When an incident was last merged into ``incident_id``, directly or along a chain (at
+    most :data:`~fleetmind.serving.incidents.store.MERGE_STEPS` steps), unix seconds (its
+    ``closed_ts``); ``None``: never. One recursive query, read only when a form is refused."""
+    inc = incidents_table
+    merged = (inc.c.status == "merged") & inc.c.merged_into.is_not(None)
+    chain = (
+        select(inc.c.id, inc.c.closed_ts, literal(1).label("steps"))
+        .where(merged, inc.c.merged_into == incident_id)
+        .cte("chain", recursive=True)
+    )
+    up = inc.alias("up")
+    chain = chain.union_all(
+        select(up.c.id, up.c.closed_ts, chain.c.steps + 1).where(
+            (up.c.status == "merged") & (up.c.merged_into == chain.c.id),
+            chain.c.steps < MERGE_STEPS,
+        )
+    )
+    with services.db.read() as conn:
+        return conn.execute(select(func.max(chain.c.closed_ts))).scalar()
+
+
+def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> dict[str, Any] | None:
     """Feedback newer than the newest the page showed (its hidden ``seen``: that feedback's id,
     ``0`` for none) stored since, e.g. by a colleague, on incident ``incident_id`` or, merged, the
     one it ended in: its ``by``, ``root`` and ``fault`` (``", <type>"`` or ``""``) for
     :data:`STALE_KEPT` or :data:`NEWER_TOO`, each a bidi isolate
-    (:func:`~fleetmind.serving.ui.svg.isolate`: the message is one text). ``None``: none, or a
-    form without ``seen`` (a page opened before the form had it, or not ASCII digits)."""
+    (:func:`~fleetmind.serving.ui.svg.isolate`: the message is one text), and ``since``: whether
+    it was stored after the page was rendered. It was when stored after every merge into that
+    incident (:func:`_last_merge_into`: a form of a merged incident was rendered before its
+    merge). Otherwise a merge may have brought it from another incident, saved before the page
+    (ids are global), and :func:`_newer_text` says only that the page did not show it. ``None``:
+    none, or a form without ``seen`` (a page opened before the form had it, or not ASCII
+    digits)."""
     seen = form.get("seen", "").strip()
     if not (seen.isascii() and seen.isdigit()) or len(seen) > SEEN_DIGITS:
         return None
@@ -1027,8 +1069,26 @@ def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> di
     if not feedback or feedback[0]["id"] <= int(seen):
         return None
     latest = feedback[0]
+    merged_in = _last_merge_into(services, int(row["id"]))
     fault = f", {isolate(latest['fault_type'])}" if latest["fault_type"] else ""
-    return {"by": isolate(latest["by"]), "root": isolate(latest["root_cause"]), "fault": fault}
+    return {
+        "by": isolate(latest["by"]),
+        "root": isolate(latest["root_cause"]),
+        "fault": fault,
+        "since": merged_in is None
+        or datetime.fromisoformat(latest["created_at"]).timestamp() > merged_in,
+    }
+
+
+def _newer_text(newer: dict[str, Any] | None, alone: bool) -> str:
+    """The words for :func:`_newer_feedback`'s verdict: the whole message (``alone``,
+    :data:`STALE_KEPT`) or what another refusal adds (:data:`NEWER_TOO`); ``""`` for none. A
+    verdict not known to be newer than the page is named as one it did not show."""
+    if newer is None:
+        return ""
+    if alone:
+        return (STALE_KEPT if newer["since"] else UNSHOWN_KEPT).format(**newer)
+    return (NEWER_TOO if newer["since"] else UNSHOWN_TOO).format(**newer)
 
 
 def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
@@ -1060,7 +1120,7 @@ async def _record_feedback(
             # is named now, as the page comes back with the newest id
             kept = {k: form.get(k, "") for k in FORM_FIELDS}
             newer = _newer_feedback(services, incident_id, form)
-            text = EXPIRED_KEPT + (NEWER_TOO.format(**newer) if newer else "")
+            text = EXPIRED_KEPT + _newer_text(newer, alone=False)
             return _incident(request, services, incident_id, session, 403, text, kept)
         return _form_refused(request, session, services.settings)
     newer = _newer_feedback(services, incident_id, form)
@@ -1068,12 +1128,12 @@ async def _record_feedback(
     if row is not None and row["status"] == "merged" and row["merged_into"] is not None:
         # a form opened before the merge: the page it was merged into, with what was typed
         # (feedback is stored on that incident, record_feedback refuses this one)
-        text = MERGED_KEPT.format(incident_id) + (NEWER_TOO.format(**newer) if newer else "")
+        text = MERGED_KEPT.format(incident_id) + _newer_text(newer, alone=False)
         return _incident(request, services, incident_id, session, 422, text, form)
     if newer is not None:  # a colleague's verdict came after the page: show it, save nothing
         kept = {k: form.get(k, "") for k in FORM_FIELDS}
         return _incident(
-            request, services, incident_id, session, 409, STALE_KEPT.format(**newer), kept
+            request, services, incident_id, session, 409, _newer_text(newer, alone=True), kept
         )
     if not form.get("by", "").strip():
         return _incident(
