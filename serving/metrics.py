@@ -57,8 +57,10 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from prometheus_client import (
@@ -87,6 +89,11 @@ MODEL_KINDS = ("rca", "placement")
 """The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
 LOAD_RESULTS = ("success", "failure")
 """The ``result`` label of ``fleetmind_model_loads_total``."""
+HOLDS_COUNT_S = 2.0
+"""Seconds a scrape waits for the scheduler holds count (``fleetmind_scheduler_holds``, a query of
+the database), the same bound as the scrape's readiness check
+(:data:`fleetmind.serving.routers.health.READY_CHECK_S`): a database that no longer answers
+leaves the sample out instead of hanging ``/metrics``."""
 READY_STALE_S = 30.0
 """Seconds after the last readiness verdict (``/readyz``) past which a ``/metrics`` scrape checks
 readiness itself before answering (:func:`fleetmind.serving.routers.health.metrics`): where no
@@ -516,20 +523,58 @@ def install_mmap_guard() -> None:
 
 class _HoldsCollector:
     """``fleetmind_scheduler_holds``: :attr:`Metrics.holds_count` at each scrape (no sample before
-    it is set, or when the count fails)."""
+    it is set, or when the count fails or takes over :data:`HOLDS_COUNT_S`).
+
+    The count runs in a thread of its own, at most one at a time: a scrape that finds one running
+    (concurrent scrapes, or a database that hangs) waits for it only until :data:`HOLDS_COUNT_S`
+    after it started, so a hung database keeps one thread, not one per scrape."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        self._lock = threading.Lock()
+        self._running: tuple[Future[int], float] | None = None  # the count, its monotonic start
+
+    def _start(self, count: Callable[[], int]) -> tuple[Future[int], float, bool]:
+        """The count in flight, its start, and whether this call started it."""
+        with self._lock:
+            if self._running is not None and not self._running[0].done():
+                return (*self._running, False)
+            fut: Future[int] = Future()
+
+            def run() -> None:
+                try:
+                    fut.set_result(count())
+                except BaseException as err:  # handed to the scrape that waits
+                    fut.set_exception(err)
+
+            self._running = (fut, time.monotonic())
+            threading.Thread(target=run, name="fleetmind-holds-count", daemon=True).start()
+            return (*self._running, True)
+
+    def value(self) -> int | None:
+        """The holds now, or ``None`` (no counter set, the count failed or is still running)."""
+        count = self.metrics.holds_count
+        if count is None:
+            return None
+        fut, started, mine = self._start(count)
+        try:
+            return fut.result(timeout=max(0.0, started + HOLDS_COUNT_S - time.monotonic()))
+        except TimeoutError:
+            if mine:  # one line per hang, not one per scrape
+                log.warning(
+                    "fleetmind_scheduler_holds: the holds count (a database query) took over "
+                    "%.1f s; left out of /metrics until it answers",
+                    HOLDS_COUNT_S,
+                )
+            return None
+        except Exception:  # a database error must not fail the scrape
+            log.warning("fleetmind_scheduler_holds: counting the holds failed", exc_info=True)
+            return None
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        count = self.metrics.holds_count
-        try:
-            value = count() if count is not None else None
-        except Exception:  # a database error must not fail the scrape
-            log.warning("fleetmind_scheduler_holds: counting the holds failed", exc_info=True)
-            value = None
+        value = self.value()
         if value is not None:
             yield GaugeMetricFamily(
                 "fleetmind_scheduler_holds",
@@ -669,6 +714,9 @@ class Metrics:
         )
         self.ready_at: float | None = None
         """``time.monotonic()`` of this process's last :meth:`set_ready` (``None``: never)."""
+        self.ready_check: tuple[Future[list[str]], float] | None = None
+        """The readiness check last started (its problems, :mod:`fleetmind.serving.routers.health`)
+        and its ``time.monotonic()`` start, kept so that ``/readyz`` and scrapes share it."""
         self.tls_handshake_failures = Counter(
             "fleetmind_tls_handshake_failures",
             "TLS handshakes refused before any request (a client certificate not signed by the "

@@ -294,12 +294,13 @@ print("files", sorted(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"])))
 
 
 def test_a_worker_whose_disk_fills_keeps_running_and_says_so_once(tmp_path: Path) -> None:
-    """A worker's three files are reserved (3 calls), the histogram's growth is not: the worker
+    """A worker's four files (counter, histogram, the livemax and the livemostrecent gauges) are
+    reserved (4 calls), the histogram's growth is not: the worker
     renders ``/metrics`` and exits normally; one warning line names the folder and the histogram
     file as what froze, while the counter and the gauge (set after it) keep updating."""
     env = {**os.environ, MULTIPROC_ENV: str(tmp_path), "MLFLOW_DISABLE_TELEMETRY": "true"}
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, "3"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", WORKER, "4"], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "faulthandler True" in out.stdout

@@ -15,11 +15,13 @@ request behind.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import ssl
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from fastapi.testclient import TestClient
 from serving_helpers import free_port
 from test_serving_tls import make_pki
 
+from fleetmind.serving import metrics as metrics_module
 from fleetmind.serving.app import create_app
 from fleetmind.serving.routers import health as health_router
 from fleetmind.serving.settings import Settings
@@ -95,25 +98,118 @@ def test_a_scrape_checks_readiness_when_nothing_calls_readyz(
 def test_a_hanging_database_is_not_ready_and_the_scrape_still_answers(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A database that stops answering (a network partition: connecting blocks) must not hang
+    ``/metrics``: neither the readiness check nor the scheduler holds count (both query it) may
+    hold the scrape past their bound, and a check still hanging is not started again."""
     services = client.app.state.services  # type: ignore[attr-defined]
-    release = threading.Event()
-    monkeypatch.setattr(services.db, "ping", lambda: release.wait(10))
+    text = client.get("/metrics").text
+    assert _sample(text, "fleetmind_ready") == 1.0  # a verdict of 1 first: a 0 below is news
+    assert _sample(text, "fleetmind_scheduler_holds") == 0.0
     monkeypatch.setattr(health_router, "READY_CHECK_S", 0.2)
+    monkeypatch.setattr(metrics_module, "HOLDS_COUNT_S", 0.2, raising=False)
+    pings = []
+    real_ping, real_connect = services.db.ping, services.db.engine.connect
+    monkeypatch.setattr(services.db, "ping", lambda: (pings.append(1), real_ping())[1])
+    release = threading.Event()
+
+    def hung_connect(*args: Any, **kwargs: Any) -> Any:
+        release.wait(5)  # the hang outlasts every bound below
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(services.db.engine, "connect", hung_connect)
     try:
-        start = time.monotonic()
-        r = client.get("/metrics")
-        assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
-        assert time.monotonic() - start < 5.0
-        services.metrics.ready_at = None
-        r = client.get("/metrics")  # the first check still hangs: not ready, no second ping
-        assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+        for _ in range(2):
+            services.metrics.ready_at = None  # no /readyz for READY_STALE_S
+            start = time.monotonic()
+            r = client.get("/metrics")
+            assert time.monotonic() - start < 2.0
+            assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+            assert "fleetmind_scheduler_holds" not in r.text  # no sample while it hangs
+        assert len(pings) == 1  # the second scrape did not start a check of its own
     finally:
         release.set()
     deadline = time.monotonic() + 5
-    while not health_router._SCRAPE_CHECK.acquire(blocking=False):
+    while not services.metrics.ready_check[0].done():
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    health_router._SCRAPE_CHECK.release()
+    services.metrics.ready_at = None
+    text = client.get("/metrics").text  # the database answers again
+    assert _sample(text, "fleetmind_ready") == 1.0 and len(pings) == 2
+    assert _sample(text, "fleetmind_scheduler_holds") == 0.0
+
+
+def test_readiness_probes_on_a_hanging_database_do_not_fill_the_pool(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubernetes: the readiness probe calls ``/readyz`` every 5 s (timeoutSeconds 3:
+    deploy/kubernetes/base/deployment.yaml) while the database hangs. Each probe gets a 503 within
+    the bound, they share one check, and ``/metrics`` still answers after more probes than
+    PROBE_POOL has threads."""
+    services = client.app.state.services  # type: ignore[attr-defined]
+    monkeypatch.setattr(health_router, "READY_CHECK_S", 0.2)
+    monkeypatch.setattr(metrics_module, "HOLDS_COUNT_S", 0.2, raising=False)
+    pings = []
+    real_ping, real_connect = services.db.ping, services.db.engine.connect
+    monkeypatch.setattr(services.db, "ping", lambda: (pings.append(1), real_ping())[1])
+    release = threading.Event()
+    monkeypatch.setattr(
+        services.db.engine, "connect", lambda *a, **k: (release.wait(5), real_connect(*a, **k))[1]
+    )
+    try:
+        for _ in range(health_router.PROBE_POOL._max_workers + 2):
+            start = time.monotonic()
+            r = client.get("/readyz")
+            assert time.monotonic() - start < 1.5
+            assert r.status_code == 503
+            assert r.json()["problems"] == ["database: no answer within 0.2 s"]
+        start = time.monotonic()
+        r = client.get("/metrics")
+        assert time.monotonic() - start < 1.5
+        assert r.status_code == 200 and _sample(r.text, "fleetmind_ready") == 0.0
+        assert len(pings) == 1
+    finally:
+        release.set()
+
+
+def test_concurrent_scrapes_share_the_check_of_a_healthy_database(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HA Prometheus pair scrapes at the same moment while the check runs (a database 100 ms
+    away): both get its verdict, 1, and one ping is made."""
+    services = client.app.state.services  # type: ignore[attr-defined]
+    pings = []
+    real_ping = services.db.ping
+
+    def slow_ping() -> None:
+        pings.append(1)
+        time.sleep(0.1)
+        real_ping()
+
+    monkeypatch.setattr(services.db, "ping", slow_ping)
+    assert services.metrics.ready_at is None
+
+    async def two_scrapes() -> list[float | None]:
+        async def one() -> float | None:
+            await health_router._refresh_ready(services)
+            return float(services.metrics.ready._value.get())
+
+        return list(await asyncio.gather(one(), one()))
+
+    assert asyncio.run(two_scrapes()) == [1.0, 1.0]
+    assert len(pings) == 1
+
+
+def test_a_check_held_past_its_bound_is_not_ready_at_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check still running more than READY_CHECK_S after it started reads 0 without waiting."""
+    services = client.app.state.services  # type: ignore[attr-defined]
+    hung: Future[bool] = Future()
+    services.metrics.ready_check = (hung, time.monotonic() - health_router.READY_CHECK_S - 0.1)
+    start = time.monotonic()
+    assert _sample(client.get("/metrics").text, "fleetmind_ready") == 0.0
+    assert time.monotonic() - start < 1.0
+    hung.set_result(True)
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +295,7 @@ def test_the_rules_read_the_series_the_service_exports() -> None:
     groups = yaml.safe_load((REPO_ROOT / "deploy" / "fleetmind-rules.yml").read_text())["groups"]
     exprs = {r["alert"]: r["expr"] for g in groups for r in g["rules"] if "alert" in r}
     assert exprs["FleetMindNotReady"].strip() == "fleetmind_ready == 0"
-    assert "fleetmind_tls_handshake_failures_total[5m]" in exprs["FleetMindTLSHandshakeFailures"]
+    assert "fleetmind_tls_handshake_failures_total[30m]" in exprs["FleetMindTLSHandshakeFailures"]
     metrics = Metrics()
     metrics.set_ready(False)
     text = metrics.render()[0].decode()

@@ -23,7 +23,12 @@ webhook and no extender call, so no request metric shows the failure, while Prom
 scrapes it. Where nothing called ``/readyz`` for
 :data:`fleetmind.serving.metrics.READY_STALE_S` (Docker's healthcheck and a plain Prometheus call
 only ``/healthz`` and ``/metrics``), ``/metrics`` runs the same checks before answering, waiting
-at most :data:`READY_CHECK_S` (longer, or still running from the scrape before, is not ready).
+at most :data:`READY_CHECK_S` after the check started. ``/readyz`` and the scrapes share one
+check in flight, and one running longer is not ready (``/readyz`` answers 503 at once), so a
+hanging database keeps one thread of :data:`PROBE_POOL`. The scheduler holds count that ``/metrics``
+reads from the database is bounded the same way
+(:data:`fleetmind.serving.metrics.HOLDS_COUNT_S`): a hanging database leaves it out, and the
+scrape answers.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -59,8 +65,10 @@ PROBE_POOL = ThreadPoolExecutor(4, thread_name_prefix="fleetmind-probe")
 
 
 READY_CHECK_S = 2.0
-"""Seconds a ``/metrics`` scrape waits for its own readiness check (the database ping)."""
-_SCRAPE_CHECK = threading.Lock()  # held while a scrape's readiness check runs in PROBE_POOL
+"""Seconds after a readiness check (the database ping) started that ``/readyz`` and a ``/metrics``
+scrape wait for its verdict (a later caller joining it waits only what is left): under the
+Deployment's 3 s probe timeout."""
+_SCRAPE_CHECK = threading.Lock()  # held while a caller looks up or starts the readiness check
 
 
 async def _in_probe_pool(fn: Any, *args: Any) -> Any:
@@ -168,37 +176,50 @@ def _mapping_warnings(services: Any, graph: DependencyGraph) -> list[str]:
     return out
 
 
-def _scrape_check(services: Any) -> bool:
-    """Whether the service is ready (:func:`_problems`), for :func:`_refresh_ready`; releases its
-    lock when done."""
-    try:
-        return not _problems(services)
-    finally:
-        _SCRAPE_CHECK.release()
+def _shared_check(services: Any) -> tuple[Future[list[str]], float]:
+    """The readiness check (:func:`_problems`) and its ``time.monotonic()`` start: the one in
+    flight, or a new one in :data:`PROBE_POOL`. ``/readyz`` and the scrapes share it, so a hanging
+    database keeps one thread (not one per probe: the pool would fill and ``/metrics`` wait
+    behind it), and concurrent callers (an HA Prometheus pair) get one verdict."""
+    metrics = services.metrics
+    with _SCRAPE_CHECK:
+        held = metrics.ready_check
+        if held is not None and not held[0].done():
+            return held
+        check = PROBE_POOL.submit(_problems, services)
+        metrics.ready_check = (check, time.monotonic())
+        return metrics.ready_check
+
+
+async def _bounded_problems(services: Any) -> list[str]:
+    """:func:`_problems` of the shared check, awaited until :data:`READY_CHECK_S` after it started;
+    a check still running then (a database that hangs) is a problem of its own."""
+    check, started = _shared_check(services)
+    left = started + READY_CHECK_S - time.monotonic()
+    if left > 0 and not check.done():  # wait() never cancels the check
+        await asyncio.wait({asyncio.wrap_future(check)}, timeout=left)
+    if not check.done():
+        return [f"database: no answer within {READY_CHECK_S:g} s"]
+    return check.result()
 
 
 async def _refresh_ready(services: Any) -> None:
-    """Set ``fleetmind_ready`` at a scrape when no ``/readyz`` verdict is recent; a check that
-    takes over :data:`READY_CHECK_S`, or one of an earlier scrape still running, is not ready."""
+    """Set ``fleetmind_ready`` at a scrape when no ``/readyz`` verdict is recent, from the shared
+    check (:func:`_bounded_problems`); a check that fails outright is not ready either."""
     metrics = services.metrics
     if not metrics.ready_is_stale():
         return
-    if not _SCRAPE_CHECK.acquire(blocking=False):
-        metrics.set_ready(False)  # the check of an earlier scrape still hangs
-        return
     try:
-        check = asyncio.wrap_future(PROBE_POOL.submit(_scrape_check, services))
-    except BaseException:
-        _SCRAPE_CHECK.release()
-        raise
-    done, _ = await asyncio.wait({check}, timeout=READY_CHECK_S)  # never cancels the check
-    metrics.set_ready(bool(done) and check.exception() is None and check.result())
+        problems = await _bounded_problems(services)
+    except Exception:
+        problems = ["readiness check failed"]
+    metrics.set_ready(not problems)
 
 
 @router.get("/readyz", summary="Readiness: database reachable, models and graph loaded")
 async def readyz(request: Request) -> Any:
     services = getattr(request.app.state, "services", None)
-    problems = ["starting"] if services is None else await _in_probe_pool(_problems, services)
+    problems = ["starting"] if services is None else await _bounded_problems(services)
     if services is not None:
         services.metrics.set_ready(not problems)
     if problems:
