@@ -775,15 +775,44 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
         _warn_unknown_model(name, n_gpus)
     if not known or names_mig_instances(name):
         return openb_template_for(name, n_gpus)
-    family = re.sub(r"M\d+$", "", key)
-    board = SXM_BOARD_TEMPLATES.get(family)
+    board = SXM_BOARD_TEMPLATES.get(re.sub(r"M\d+$", "", key))
     if board is not None and n_gpus == get_template(board[0]).n_gpus:
-        words = {w.upper() for w in _model_words(name)}
-        # an SXM word, or, for a family whose names carry none, no PCIe card's word
-        on_board = bool(words & board[1]) if board[1] else not words & PCIE_FORM_WORDS
-        if on_board:
+        if _has_board_form(name, board[1]):
             return get_template(board[0], key)
     return get_template(f"pcie-{n_gpus}gpu", key)
+
+
+def _has_board_form(name: str, board_words: frozenset[str]) -> bool:
+    """Whether NVML / DCGM name ``name`` is of its family's board form factor: one of
+    ``board_words`` (:data:`SXM_BOARD_TEMPLATES`) among its words, or, for a family whose names carry
+    none (an empty set), no word of :data:`PCIE_FORM_WORDS`."""
+    words = {w.upper() for w in _model_words(name)}
+    return bool(words & board_words) if board_words else not words & PCIE_FORM_WORDS
+
+
+def names_board_part(model: str) -> bool:
+    """Whether ``model`` (an NVML / DCGM or GPU feature discovery name) names an SXM / board GPU,
+    not a PCIe card: a known name with an ``SXM<n>`` word ("Tesla V100-SXM3-32GB", the 16 GPUs of a
+    DGX-2), or of a family of :data:`SXM_BOARD_TEMPLATES` in its board's form factor
+    (:func:`_has_board_form`: "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H200").
+    Such GPUs sit on an NVLink / NVSwitch board at any count (GCP a3-highgpu-4g and a2-highgpu-4g
+    give 4 of a board's 8), so :func:`telemetry_template_for`'s ``pcie-<n>gpu`` fallback for a
+    count that is not the board's is no picture of their interconnect. False for openb's names
+    (:data:`~fleetmind.data.topology.GPU_SPECS` keys, which carry no form factor), MIG instances'
+    names and unknown names.
+
+    :param model: the GPU model as telemetry or a node label reports it.
+    """
+    name = str(model or "").strip()
+    if name in GPU_SPECS or names_mig_instances(name):
+        return False
+    key, known = _spec_key(name, None)
+    if not known:
+        return False
+    if any(re.fullmatch(r"SXM\d*", w.upper()) for w in _model_words(name)):
+        return True
+    board = SXM_BOARD_TEMPLATES.get(re.sub(r"M\d+$", "", key))
+    return board is not None and _has_board_form(name, board[1])
 
 
 def known_telemetry_template(model: str, n_gpus: int) -> NodeTemplate | None:

@@ -16,7 +16,7 @@ labels Prometheus rules carry):
 | ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
-| the interconnect of the GPU model's template (every other GPU host whose ``gpu_model`` and GPU count have one, :func:`fleetmind.data.fleet_io.known_telemetry_template`; not MIG nodes; with ``template_links=True``, ``fleetmind graph build --template-links``) | ``<c>/link/<node>/nvl-<i>-<j>`` per NVLink-connected pair, or ``<c>/link/<node>/pcie-sw<k>`` per shared PCIe switch ``link`` (match ``cluster``, ``node``, ``link``; attrs ``level``, ``bandwidth_gbps``: the link nodes of the RCA training graphs, :func:`fleetmind.data.topology.template_links`) | ``attached_to`` each GPU it joins |
+| the interconnect of the GPU model's template (every other GPU host whose ``gpu_model`` and GPU count have one, :func:`fleetmind.data.fleet_io.known_telemetry_template`; not MIG nodes, nor SXM / board GPUs at a count other than their board's, :func:`fleetmind.data.fleet_io.names_board_part`; with ``template_links=True``, ``fleetmind graph build --template-links``) | ``<c>/link/<node>/nvl-<i>-<j>`` per NVLink-connected pair, or ``<c>/link/<node>/pcie-sw<k>`` per shared PCIe switch ``link`` (match ``cluster``, ``node``, ``link``; attrs ``level``, ``bandwidth_gbps``: the link nodes of the RCA training graphs, :func:`fleetmind.data.topology.template_links`) | ``attached_to`` each GPU it joins |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts), ``addresses`` (its IPs, :func:`_pod_addresses`, which tell a prober's target ``instance`` from its own) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
@@ -34,7 +34,11 @@ from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.files import read_text
-from fleetmind.data.fleet_io import discover_local_fleet, known_telemetry_template
+from fleetmind.data.fleet_io import (
+    discover_local_fleet,
+    known_telemetry_template,
+    names_board_part,
+)
 from fleetmind.data.graph_schema import (
     MAX_GRAPH_EDGES,
     MAX_GRAPH_NODES,
@@ -548,9 +552,16 @@ def _add_hosts(
 
 def _template_links(model: str, n_gpus: int) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
     """The link nodes (:func:`fleetmind.data.topology.template_links`) of the template of
-    ``n_gpus`` GPUs of ``model``; none when the model is unknown (no template)."""
+    ``n_gpus`` GPUs of ``model``; none when the model is unknown (no template), and none when an
+    SXM / board GPU (:func:`fleetmind.data.fleet_io.names_board_part`) falls back to a
+    ``pcie-<n>gpu`` template for a count that is not its board's (4 GPUs of an 8-GPU H100 board):
+    its NVLinks are not that template's PCIe switches."""
     t = known_telemetry_template(model, n_gpus)
-    return () if t is None or t.n_gpus != n_gpus else topology_template_links(t)
+    if t is None or t.n_gpus != n_gpus:
+        return ()
+    if t.name.startswith("pcie-") and names_board_part(model):
+        return ()
+    return topology_template_links(t)
 
 
 def _add_template_links(

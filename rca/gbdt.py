@@ -41,15 +41,19 @@ from fleetmind.data.graph import NODE_KINDS, DependencyGraph
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.baselines import _ts, alerts_by_node, path_to_alert
+from fleetmind.rca.features.layout import ALERTNAME_ALIASES
 
 _SEVERITIES = ("critical", "warning", "info")
 CACHE_DIR = ".fleetmind_cache"
 
 
 def alert_token(alert: Mapping[str, Any]) -> str:
-    """``alertname`` or ``alertname:xid`` of an alert."""
+    """``alertname`` or ``alertname:xid`` of an alert, a name of
+    :data:`fleetmind.rca.features.layout.ALERTNAME_ALIASES` read as its vocabulary name
+    (FleetMind's own ``GpuXidError`` is the token of ``GPUXidError``), as the GAT's features read it."""
     lab = alert.get("labels") or {}
     name = str(lab.get("alertname", ""))
+    name = ALERTNAME_ALIASES.get(name, name)
     return name + (":" + str(lab["xid"]) if "xid" in lab else "")
 
 
@@ -350,6 +354,8 @@ def _cache_key(data_dir: Path, an: GBDTAnalyzer) -> str:
     h.update(meta.read_bytes() if meta.exists() else b"")
     st = (data_dir / "train.jsonl").stat()
     h.update(f"{st.st_size}:{st.st_mtime_ns}:{an.name}:{an.config!r}".encode())
+    # alert_token reads these names as their vocabulary names: a fit from before is stale
+    h.update(f"aliases:{sorted(ALERTNAME_ALIASES.items())!r}".encode())
     return h.hexdigest()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleetmind.cli import main
+from fleetmind.data.fleet_io import names_board_part
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.graph_build import build_graph
 from fleetmind.data.topology import rca_host_templates
@@ -158,3 +159,72 @@ def test_templates_of_gpu_models(product: str, devices: int, labels: int) -> Non
     if labels:
         kind = "nvl-0-1" if labels != 4 else "pcie-sw0"
         assert f"{C}/link/n0/{kind}" in links
+
+
+@pytest.mark.parametrize(
+    ("product", "devices"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", 4),  # GCP a3-highgpu-4g: 4 GPUs of an HGX H100 board
+        ("NVIDIA-A100-SXM4-40GB", 4),  # GCP a2-highgpu-4g: 4 GPUs of an HGX A100 board
+        ("NVIDIA-H100-80GB-HBM3", 3),
+        ("NVIDIA-A100-SXM4-40GB", 16),  # GCP a2-megagpu-16g: two NVSwitch-joined boards
+        ("Tesla-V100-SXM3-32GB", 16),  # DGX-2: no built-in template
+        ("NVIDIA-H200", 4),
+        ("NVIDIA-GB200", 2),
+    ],
+)
+def test_board_gpus_at_another_count_get_no_made_up_pcie_switches(
+    product: str, devices: int
+) -> None:
+    """The GPUs of an SXM / NVSwitch board are NVLinked at any count: the ``pcie-<n>gpu`` template
+    such a count falls back to has PCIe switches these hosts do not have, so no link is guessed."""
+    nodes = {"items": [_node("n0", product, devices)]}
+    g = build_graph(nodes, {"items": []}, {"items": []}, cluster=C, template_links=True)
+    dumped = g.model_dump(mode="json")
+    assert _links(dumped) == {}
+    assert sum(n["kind"] == "gpu" for n in dumped["nodes"]) == devices
+
+
+@pytest.mark.parametrize(
+    ("product", "devices", "labels"),
+    [
+        ("NVIDIA-L40S", 4, 2),
+        ("NVIDIA-H100-PCIe", 4, 2),  # the PCIe card of the H100 keeps its switches
+        ("NVIDIA-H200-NVL", 4, 2),
+        ("NVIDIA-A100-PCIE-40GB", 16, 8),
+    ],
+)
+def test_pcie_cards_keep_their_switches_at_any_count(
+    product: str, devices: int, labels: int
+) -> None:
+    nodes = {"items": [_node("n0", product, devices)]}
+    g = build_graph(nodes, {"items": []}, {"items": []}, cluster=C, template_links=True)
+    links = _links(g.model_dump(mode="json"))
+    assert len(links) == labels and f"{C}/link/n0/pcie-sw0" in links
+
+
+def test_xid74_on_a_four_gpu_board_host_names_no_pcie_switch() -> None:
+    """XID 74 (NVLink error) on GPUs 0 and 1 of gpu-a100-0 cut to 4 of its board's GPUs (as a
+    4-GPU A100 SXM4 cloud instance): no ``pcie-sw`` link exists for the model to rank first."""
+    k = json.loads(KPS.read_text())
+    for n in k["nodes"]["items"]:
+        if n["metadata"]["name"] == "gpu-a100-0":
+            n["metadata"]["labels"]["nvidia.com/gpu.count"] = "4"
+            for part in ("capacity", "allocatable"):
+                if part in n["status"]:
+                    n["status"][part]["nvidia.com/gpu"] = "4"
+    g = build_graph(k["nodes"], k["pods"], k["services"], k["endpointslices"], cluster=C,
+                    template_links=True).model_dump(mode="json")  # fmt: skip
+    by_host = {n["match"]["node"] for n in _links(g).values()}
+    assert by_host == {"gpu-a100-1"}  # the 8-GPU host keeps its board's 28 NVLink pairs
+    assert not [i for i in _links(g) if "/pcie-sw" in i]
+
+
+def test_names_board_part() -> None:
+    board = ["NVIDIA-H100-80GB-HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM3-32GB",
+             "NVIDIA-H200-141GB-HBM3e", "NVIDIA B200", "NVIDIA GB200"]  # fmt: skip
+    pcie = ["NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA H200 NVL",
+            "NVIDIA-L40S", "Tesla-T4", "V100M32", "H100", "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+            "NVIDIA-RTX-FOO-9000", ""]  # fmt: skip
+    assert [m for m in board if not names_board_part(m)] == []
+    assert [m for m in pcie if names_board_part(m)] == []

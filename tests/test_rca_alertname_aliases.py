@@ -23,7 +23,6 @@ import yaml
 from fastapi.testclient import TestClient
 from kps_helpers import EXT, KSM, kps_graph
 
-from fleetmind.rca.features import layout
 from fleetmind.rca.features.columnar import incident_crop
 from fleetmind.rca.features.dense import alert_features
 from fleetmind.rca.features.layout import (
@@ -166,15 +165,38 @@ def test_shipped_names_give_the_vocabulary_names_features(hops: int | None) -> N
     assert np.array_equal(a.x, b.x)
 
 
-def test_vocabulary_names_features_are_unchanged_by_the_aliases(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Features of vocabulary names are those of the lookup without aliases (released models)."""
-    with_aliases = alert_features(kps_graph(), VOCAB).x
-    for alias in ALERTNAME_ALIASES:
-        monkeypatch.delitem(layout._NAME_INDEX, alias, raising=False)
-    without = alert_features(kps_graph(), VOCAB).x  # a fresh graph: no memoised lookups
-    assert np.array_equal(with_aliases, without)
+LOG2 = float(np.log1p(1.0))
+ALERT_COLUMNS_SNAPSHOT = {
+    "prod-eu/gpu/gpu-a100-0/0": {"alert": 1.0, "sev:critical": LOG2, "name:GPUXidError": LOG2,
+                                 "kw:gpu": LOG2, "kw:error": LOG2},
+    "prod-eu/gpu/gpu-a100-0/1": {"alert": 1.0, "sev:critical": LOG2, "name:GPUXidError": LOG2,
+                                 "kw:gpu": LOG2, "kw:error": LOG2},
+    "prod-eu/gpu/gpu-a100-0/2": {"alert": 1.0, "sev:warning": LOG2, "name:GPUUtilizationLow": LOG2,
+                                 "kw:gpu": LOG2, "kw:disk": LOG2, "kw:saturation": LOG2},
+    "prod-eu/pod/ml/llama-train-0": {"alert": 1.0, "sev:warning": LOG2,
+                                     "name:KubePodCrashLooping": LOG2, "kw:restart": LOG2},
+}  # fmt: skip
+"""The non-zero alert columns (``alert``, ``sev:*``, ``name:*``, ``kw:*``) of :data:`VOCAB`, stored
+from the feature code the released models were trained with (before the aliases; ``kw:disk``: the
+substring ``io`` of "Utilization")."""
+
+
+@pytest.mark.parametrize("alerts", [VOCAB, SHIPPED], ids=["vocabulary", "shipped"])
+def test_alert_columns_match_the_released_snapshot(alerts: list[dict[str, Any]]) -> None:
+    """The vocabulary names still give the released models' columns, and the shipped names the same."""
+    g = kps_graph()
+    x = alert_features(g, alerts).x
+    cols = [
+        j for j, n in enumerate(FEATURE_NAMES) if n.split(":")[0] in ("alert", "sev", "name", "kw")
+    ]
+    got = {
+        g.nodes[i].id: {FEATURE_NAMES[j]: float(x[i, j]) for j in cols if x[i, j] != 0}
+        for i in range(x.shape[0])
+    }
+    got = {k: v for k, v in got.items() if v}
+    assert got.keys() == ALERT_COLUMNS_SNAPSHOT.keys()
+    for node, row in ALERT_COLUMNS_SNAPSHOT.items():
+        assert got[node] == pytest.approx(row), node
 
 
 @pytest.fixture(scope="module")
