@@ -432,7 +432,8 @@ def _missing_gpus(snap: Any) -> list[Finding]:
 def _device_plugin_down(node: Any) -> bool:
     """Whether every GPU with MIG disabled on ``node`` (one at least) is out of allocatable: what
     :func:`~fleetmind.serving.telemetry.prometheus.mark_unallocatable_gpus` makes of an
-    allocatable ``nvidia.com/gpu`` of 0 (the device plugin not serving)."""
+    allocatable ``nvidia.com/gpu`` of 0 (the device plugin not serving; capacity 0 too only
+    where no other GPU resource is served and the plugin is not turned off by label)."""
     plain = [g for g in node.gpus if g.mig_parent is None and not g.missing]
     return bool(plain) and all(g.unallocatable for g in plain)
 
@@ -452,7 +453,11 @@ def _unschedulable(snap: Any) -> list[Finding]:
                 f"is not serving there (its pod restarting or crash-looping, or paused for a "
                 f"driver upgrade: node label nvidia.com/gpu.deploy.device-plugin), or it "
                 f"marked every GPU unhealthy: "
-                f"{', '.join(n.name for n in idle[:5])}; their GPUs are shown unhealthy",
+                f"{', '.join(n.name for n in idle[:5])}; their GPUs are shown unhealthy. A node "
+                f"whose GPUs another driver serves (the NVIDIA DRA driver) reads so too, its "
+                f"retired nvidia.com/gpu kept at 0: label it "
+                f"nvidia.com/gpu.deploy.device-plugin=false and export that label "
+                f"(kube-state-metrics --metric-labels-allowlist)",
             )
         )
     lost = [f"{n.name}/{g.index}" for n in snap.nodes if n not in idle

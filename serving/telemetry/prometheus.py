@@ -48,8 +48,10 @@ marks a device unhealthy, for good, on every XID but 13, 31, 43, 45, 68 and 109
 (:data:`DEVICE_PLUGIN_IGNORED_XIDS`), and the kubelet leaves it out of allocatable
 ``nvidia.com/gpu``; where a node's healthy reported GPUs exceed that allocatable, the surplus is
 marked unhealthy too (:func:`mark_unallocatable_gpus`): Kubernetes will never allocate it. An
-allocatable of 0 (the device plugin not serving: restarting, crash-looping, paused for a driver
-upgrade) takes every GPU with MIG disabled out, until the plugin serves again.
+allocatable of 0 with capacity N (the device plugin not serving: restarting, crash-looping,
+paused for a driver upgrade) takes every GPU with MIG disabled out, until the plugin serves again;
+both 0, which the kubelet also keeps for good once a resource is retired, only where nothing says
+the GPUs are served otherwise (see :func:`mark_unallocatable_gpus`).
 
 Schedulable nodes. A cordoned node (``kube_node_spec_unschedulable`` = 1) and one whose ``Ready``
 condition is ``False`` or ``Unknown`` (``kube_node_status_condition``) are flagged on the node
@@ -85,8 +87,9 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
-| ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
-| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_nvidia_com_mig_<profile>_replicas}`` | ``gpu_replicas`` and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile |
+| ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs), GPUs out of allocatable |
+| ``kube_node_status_allocatable`` of ``nvidia_com_gpu_<name>`` and ``nvidia_com_mig_<profile>`` | whether the node's GPUs are served under another resource (a stale ``nvidia.com/gpu`` of 0 then marks nothing) |
+| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_nvidia_com_mig_<profile>_replicas, label_nvidia_com_gpu_deploy_device_plugin}`` | ``gpu_replicas`` and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile; the GPU Operator's device-plugin state |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
@@ -365,6 +368,19 @@ KSM_QUERY = (
     '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Pending|Running|Unknown|Succeeded|Failed|"}'
 )
 MAX_PLACEHOLDERS = 64
+GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_.+|nvidia_com_mig_.+"
+"""The NVIDIA GPU resources ``node_gpus`` reads (kube-state-metrics' names): ``nvidia.com/gpu``,
+a renamed one (time-slicing's ``renameByDefault``: ``nvidia.com/gpu.shared``) and the ``mixed``
+MIG strategy's ``nvidia.com/mig-<profile>``; not every ``nvidia.com/`` resource (the Network
+Operator's SR-IOV NICs use that prefix too)."""
+OTHER_GPU_ALLOCATABLE = "other_gpu_allocatable"
+"""Key, in a node's ``counted`` (:func:`mark_unallocatable_gpus`), of the largest allocatable of
+its NVIDIA GPU resources other than ``nvidia.com/gpu`` (:data:`GPU_RESOURCES`)."""
+DEVICE_PLUGIN_LABEL = "label_nvidia_com_gpu_deploy_device_plugin"
+"""The GPU Operator's node label ``nvidia.com/gpu.deploy.device-plugin`` as kube-state-metrics
+exports it (``kube_node_labels``, where ``--metric-labels-allowlist`` names it):
+``paused-for-driver-upgrade`` while its driver manager has the plugin stopped, ``false`` where the
+plugin is turned off on the node (:func:`mark_unallocatable_gpus`)."""
 """Most placeholder GPUs added to one node (a bogus capacity value must not build millions)."""
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 """GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
@@ -521,6 +537,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     cpu_mem = 'resource=~"cpu|memory"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
+    gpu_resources = f'resource=~"{GPU_RESOURCES}"'
     sidecar = f'restart_policy="{SIDECAR_RESTART_POLICY}"'
     unstarted, running = 'phase=~"Pending|Unknown"', 'phase="Running"'
     return {
@@ -572,9 +589,11 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
         # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
         # (per resource: nvidia.com/gpu.replicas, nvidia.com/mig-<profile>.replicas; label names
-        # cannot be matched by a pattern, so every node's labels come, one series per node)
-        "node_gpus": "max by (__name__, cluster, node) "
-        f"({any_of(('kube_node_status_capacity', 'kube_node_status_allocatable'), gpus)})",
+        # cannot be matched by a pattern, so every node's labels come, one series per node);
+        # the node's other NVIDIA GPU resources (nvidia.com/gpu.shared, nvidia.com/mig-<profile>)
+        # too, per resource: whether the GPUs are served under another name
+        "node_gpus": "max by (__name__, cluster, node, resource) "
+        f"({any_of(('kube_node_status_capacity', 'kube_node_status_allocatable'), gpu_resources)})",
         "node_gpu_replicas": f"max without ({_TARGET_LABELS}) ({sel('kube_node_labels', node)})",
         # cordoned nodes (spec.unschedulable) and nodes whose Ready condition is False or Unknown
         # (kube-state-metrics docs/metrics/cluster/node-metrics.md: one series per status, 1 for
@@ -1357,6 +1376,18 @@ class _KsmView:
     """``(cluster, node)`` of the cordoned nodes (:func:`_node_status`)."""
     not_ready: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(cluster, node) -> "false" | "unknown"``: the nodes not Ready (:func:`_node_status`)."""
+    device_plugin: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(cluster, node) -> value`` of :data:`DEVICE_PLUGIN_LABEL`, where exported."""
+
+
+def _read_node_gpus(counted: dict[str, float], lab: dict[str, str], v: float) -> None:
+    """One ``node_gpus`` sample into the node's ``counted``: ``nvidia.com/gpu`` (a sample without
+    ``resource`` is one) by metric name; the other GPU resources' allocatable as their largest
+    finite value under :data:`OTHER_GPU_ALLOCATABLE`."""
+    if lab.get("resource", "nvidia_com_gpu") == "nvidia_com_gpu":
+        counted[lab.get("__name__", "")] = v
+    elif lab.get("__name__") == "kube_node_status_allocatable" and math.isfinite(v):
+        counted[OTHER_GPU_ALLOCATABLE] = max(v, counted.get(OTHER_GPU_ALLOCATABLE, 0.0))
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -1402,7 +1433,7 @@ def _with_node_gpus(ksm: list[Sample]) -> list[Sample]:
     return ksm + [
         ("node_gpus", {**lab, "__name__": name}, v)
         for name, lab, v in ksm
-        if name in names and lab.get("resource") == "nvidia_com_gpu"
+        if name in names and re.fullmatch(GPU_RESOURCES, lab.get("resource", ""))
     ]
 
 
@@ -1465,8 +1496,10 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
             view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "node_gpus" and lab.get("node"):  # NaN/Inf: add_missing_gpus adds none
-            view.gpu_count[(cluster, lab["node"])][lab.get("__name__", "")] = v
+            _read_node_gpus(view.gpu_count[(cluster, lab["node"])], lab, v)
         elif name == "node_gpu_replicas" and lab.get("node"):
+            if lab.get(DEVICE_PLUGIN_LABEL):
+                view.device_plugin[(cluster, lab["node"])] = lab[DEVICE_PLUGIN_LABEL]
             r = lab.get(REPLICAS_LABEL, "")
             if r.isdigit() and int(r) >= 1:
                 view.replicas[(cluster, lab["node"])] = int(r)
@@ -1866,7 +1899,7 @@ def build_nodes(
         # GPU that no pod holds on any node: in its cluster an unreported GPU is idle, not lost,
         # whole-GPU nodes too (their series carry no vgpu; see Virtual GPUs)
         add_missing_gpus(node, counted, idle=key[0] in virtual_clusters)
-        mark_unallocatable_gpus(node, counted)
+        mark_unallocatable_gpus(node, counted, view.device_plugin.get(key, ""))
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         _set_cpu_memory(node, res, view.requests.get(key, {}))
@@ -2100,9 +2133,13 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = Fa
     node.gpus.sort(key=lambda g: g.index)
 
 
-def mark_unallocatable_gpus(node: NodeState, counted: dict[str, float]) -> None:
+def mark_unallocatable_gpus(
+    node: NodeState, counted: dict[str, float], device_plugin_label: str = ""
+) -> None:
     """Mark unhealthy, with nothing free, the GPUs of ``node`` beyond its allocatable
-    ``nvidia.com/gpu`` (``counted``, as :func:`add_missing_gpus` reads it).
+    ``nvidia.com/gpu`` (``counted``, as :func:`add_missing_gpus` reads it, plus
+    :data:`OTHER_GPU_ALLOCATABLE`; ``device_plugin_label``: :data:`DEVICE_PLUGIN_LABEL`'s value,
+    ``""`` where not exported).
 
     The NVIDIA device plugin marks a device unhealthy on any XID but
     :data:`DEVICE_PLUGIN_IGNORED_XIDS`, and never back; the kubelet then leaves it out of
@@ -2123,17 +2160,29 @@ def mark_unallocatable_gpus(node: NodeState, counted: dict[str, float]) -> None:
     paused-for-driver-upgrade``): the kubelet marks every device of a stopped endpoint unhealthy
     (capacity N, allocatable 0) and, once the endpoint's 5-minute grace period ends, sets both to
     0 (``runEndpoint`` -> ``markResourceUnhealthy``, ``GetCapacity`` in
-    ``pkg/kubelet/cm/devicemanager/manager.go``; ``MachineInfo`` in
-    ``pkg/kubelet/nodestatus/setters.go`` keeps the resource at 0). Then every reported GPU with
-    MIG disabled is marked, capacity N or 0 alike; MIG instances are not (a ``mixed`` MIG node
-    advertises them as ``nvidia.com/mig-<profile>``, and its ``nvidia.com/gpu`` is 0)."""
+    ``pkg/kubelet/cm/devicemanager/manager.go``). Then every reported GPU with MIG disabled is
+    marked; MIG instances are not (a ``mixed`` MIG node advertises them as
+    ``nvidia.com/mig-<profile>``; a ``single`` one's are not covered).
+
+    Capacity N with allocatable 0 marks on its own: the kubelet itself counts the devices
+    unhealthy. Both 0 does not: ``MachineInfo`` in ``pkg/kubelet/nodestatus/setters.go`` never
+    removes a device-plugin resource from the node status, it keeps it at 0 for good
+    (kubernetes#92396), so a node whose GPUs are served under another name (time-slicing's
+    ``renameByDefault``: ``nvidia.com/gpu.shared``), by the NVIDIA DRA driver or by no plugin
+    reads 0/0 too. Both 0 marks where :data:`DEVICE_PLUGIN_LABEL` is
+    ``paused-for-driver-upgrade``, or where it is not ``false`` (the plugin turned off on the
+    node) and no other NVIDIA GPU resource (:data:`GPU_RESOURCES`) is allocatable above 0: a plugin
+    down past its grace period, and equally a node moved to the DRA driver whose label is not
+    ``false`` (its stale ``nvidia.com/gpu`` reads as a plugin down)."""
     alloc = counted.get("kube_node_status_allocatable")
     cap = counted.get("kube_node_status_capacity")
     if alloc is None or cap is None or not math.isfinite(alloc) or not math.isfinite(cap):
         return
     plain = [g for g in node.gpus if g.mig_parent is None]
     profiles = {g.model for g in node.gpus if g.mig_parent is not None}
-    if alloc <= 0:  # the device plugin serves no device: every GPU with MIG disabled is out
+    if alloc <= 0:  # the device plugin serves no nvidia.com/gpu device
+        if cap <= 0 and not _plugin_down(counted, device_plugin_label):
+            return  # 0/0 for good: a resource retired, served otherwise (see above)
         pool = plain
     elif alloc < cap:
         pool = plain if plain else (node.gpus if len(profiles) == 1 else [])
@@ -2155,6 +2204,15 @@ def mark_unallocatable_gpus(node: NodeState, counted: dict[str, float]) -> None:
 
     for g in sorted(healthy, key=lambda g: (not device_plugin_fault(g), -g.index))[:surplus]:
         g.healthy, g.free_milli, g.unallocatable = False, 0, True
+
+
+def _plugin_down(counted: dict[str, float], device_plugin_label: str) -> bool:
+    """Whether a node's ``nvidia.com/gpu`` capacity and allocatable of 0 is its device plugin not
+    serving (:func:`mark_unallocatable_gpus`): the GPU Operator pausing it, or neither the plugin
+    turned off on the node nor another NVIDIA GPU resource allocatable there."""
+    if device_plugin_label == "paused-for-driver-upgrade":
+        return True
+    return device_plugin_label != "false" and counted.get(OTHER_GPU_ALLOCATABLE, 0.0) <= 0
 
 
 def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = frozenset()) -> str:
