@@ -527,18 +527,42 @@ class _HoldsCollector:
 
     The count runs in a thread of its own, at most one at a time: a scrape that finds one running
     (concurrent scrapes, or a database that hangs) waits for it only until :data:`HOLDS_COUNT_S`
-    after it started, so a hung database keeps one thread, not one per scrape."""
+    after it started, so a hung database keeps one thread, not one per scrape. A count still
+    running :data:`READY_STALE_S` after it started (a connection that never returns) is given up
+    and the next scrape counts again, with at most :attr:`ABANDONED_COUNTS_MAX` given-up counts
+    running at once (beyond that the sample stays out)."""
+
+    ABANDONED_COUNTS_MAX = 2
+    """Given-up counts whose threads may stay stuck at once."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._lock = threading.Lock()
         self._running: tuple[Future[int], float] | None = None  # the count, its monotonic start
+        self._abandoned: list[Future[int]] = []  # given-up counts, maybe still running
+
+    def _give_up(self, running: tuple[Future[int], float]) -> bool:
+        """Leave ``running`` (past :data:`READY_STALE_S`) to its thread so that a new count can
+        start; ``False`` where :attr:`ABANDONED_COUNTS_MAX` given-up counts still run."""
+        self._abandoned = [f for f in self._abandoned if not f.done()]
+        if len(self._abandoned) >= self.ABANDONED_COUNTS_MAX:
+            return False
+        self._abandoned.append(running[0])
+        log.warning(
+            "fleetmind_scheduler_holds: the holds count started %.0f s ago has no answer yet; "
+            "left running (%d such counts now) and a new count started",
+            time.monotonic() - running[1],
+            len(self._abandoned),
+        )
+        return True
 
     def _start(self, count: Callable[[], int]) -> tuple[Future[int], float, bool]:
         """The count in flight, its start, and whether this call started it."""
         with self._lock:
-            if self._running is not None and not self._running[0].done():
-                return (*self._running, False)
+            held = self._running
+            if held is not None and not held[0].done():
+                if time.monotonic() - held[1] <= READY_STALE_S or not self._give_up(held):
+                    return (*held, False)
             fut: Future[int] = Future()
 
             def run() -> None:

@@ -4,8 +4,8 @@ They are ``async`` and never wait for the worker threads that serve the other ro
 requests stuck behind a slow Prometheus or database holds every one of those threads (anyio's
 default limit is 40), and a probe queued behind them would time out (the Deployment's probes allow
 3 s) and get a healthy pod restarted or taken out of its Service. ``/healthz`` runs on the event
-loop; the blocking parts of ``/readyz`` (the database ping) and ``/metrics`` (rendering the
-registry) run in a small pool of their own, :data:`PROBE_POOL`.
+loop; the blocking parts of ``/readyz`` and ``/metrics`` (rendering the registry) run in a small
+pool of their own, :data:`PROBE_POOL`, and the database ping in a thread of its own.
 
 ``/readyz`` also lists ``warnings``: conditions that leave the service ready (it keeps ingesting)
 but not doing its job, such as serving the embedded example graph to a real fleet
@@ -25,7 +25,9 @@ scrapes it. Where nothing called ``/readyz`` for
 only ``/healthz`` and ``/metrics``), ``/metrics`` runs the same checks before answering, waiting
 at most :data:`READY_CHECK_S` after the check started. ``/readyz`` and the scrapes share one
 check in flight, and one running longer is not ready (``/readyz`` answers 503 at once), so a
-hanging database keeps one thread of :data:`PROBE_POOL`. The scheduler holds count that ``/metrics``
+hanging database keeps one thread. A check still running
+:data:`fleetmind.serving.metrics.READY_STALE_S` after it started is given up and a new one asks
+the database again (at most :data:`ABANDONED_CHECKS_MAX` given up at once). The scheduler holds count that ``/metrics``
 reads from the database is bounded the same way
 (:data:`fleetmind.serving.metrics.HOLDS_COUNT_S`): a hanging database leaves it out, and the
 scrape answers.
@@ -35,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -45,6 +49,7 @@ from fastapi.responses import JSONResponse
 
 from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving import metrics as _metrics_module
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.health import (
     UNMAPPED_WINDOW,
@@ -69,6 +74,12 @@ READY_CHECK_S = 2.0
 scrape wait for its verdict (a later caller joining it waits only what is left): under the
 Deployment's 3 s probe timeout."""
 _SCRAPE_CHECK = threading.Lock()  # held while a caller looks up or starts the readiness check
+ABANDONED_CHECKS_MAX = 2
+"""Readiness checks given up (still running past :data:`fleetmind.serving.metrics.READY_STALE_S`)
+whose threads may stay stuck at once; with that many, callers keep answering not ready and start
+no new check until one of them returns."""
+_ABANDONED: weakref.WeakKeyDictionary[Any, list[Future[list[str]]]] = weakref.WeakKeyDictionary()
+log = logging.getLogger("fleetmind.serving")
 
 
 async def _in_probe_pool(fn: Any, *args: Any) -> Any:
@@ -176,18 +187,57 @@ def _mapping_warnings(services: Any, graph: DependencyGraph) -> list[str]:
     return out
 
 
+def _start_check(services: Any) -> Future[list[str]]:
+    """:func:`_problems` in a daemon thread of its own (``fleetmind-ready-check``), not in
+    :data:`PROBE_POOL`: a check stuck on a connection that never answers keeps its thread, and the
+    pool's threads stay free for ``/metrics``; a daemon thread does not hold up the process's exit."""
+    fut: Future[list[str]] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(_problems(services))
+        except BaseException as err:  # handed to the callers that wait
+            fut.set_exception(err)
+
+    threading.Thread(target=run, name="fleetmind-ready-check", daemon=True).start()
+    return fut
+
+
+def _abandon(metrics: Any, held: tuple[Future[list[str]], float]) -> bool:
+    """Give up on ``held``, a check running for over :data:`fleetmind.serving.metrics.READY_STALE_S`
+    (its connection never answers: a proxy that accepts and never forwards), so that a new one can
+    ask the database again; ``False`` where :data:`ABANDONED_CHECKS_MAX` given-up checks are still
+    running (their threads stay stuck: not one more). Call with :data:`_SCRAPE_CHECK` held."""
+    stuck = [f for f in _ABANDONED.get(metrics, []) if not f.done()]
+    _ABANDONED[metrics] = stuck
+    if len(stuck) >= ABANDONED_CHECKS_MAX:
+        return False
+    stuck.append(held[0])
+    log.warning(
+        "readiness check: the database check started %.0f s ago has no answer yet; left running "
+        "(%d such checks now) and a new check started",
+        time.monotonic() - held[1],
+        len(stuck),
+    )
+    return True
+
+
 def _shared_check(services: Any) -> tuple[Future[list[str]], float]:
     """The readiness check (:func:`_problems`) and its ``time.monotonic()`` start: the one in
-    flight, or a new one in :data:`PROBE_POOL`. ``/readyz`` and the scrapes share it, so a hanging
-    database keeps one thread (not one per probe: the pool would fill and ``/metrics`` wait
-    behind it), and concurrent callers (an HA Prometheus pair) get one verdict."""
+    flight, or a new one (:func:`_start_check`). ``/readyz`` and the scrapes share it, so a hanging
+    database keeps one thread (not one per probe), and concurrent callers (an HA Prometheus pair)
+    get one verdict. A check still running :data:`fleetmind.serving.metrics.READY_STALE_S` after
+    its start is given up (:func:`_abandon`) and a new one asks the database again: a connection
+    that never returns must not keep the service not ready once new connections work."""
     metrics = services.metrics
     with _SCRAPE_CHECK:
         held = metrics.ready_check
         if held is not None and not held[0].done():
-            return held
-        check = PROBE_POOL.submit(_problems, services)
-        metrics.ready_check = (check, time.monotonic())
+            if time.monotonic() - held[1] <= _metrics_module.READY_STALE_S:
+                return held
+            if not _abandon(metrics, held):
+                return held  # past its bound: not ready, without another stuck thread
+        metrics.ready_check = (_start_check(services), time.monotonic())
         return metrics.ready_check
 
 
