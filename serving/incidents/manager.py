@@ -136,12 +136,12 @@ def _dependents(graph: Any) -> dict[str, list[str]]:
     """The nodes a fault of each node of ``graph`` reaches in one hop, cached in the graph's
     ``_derived`` dict for its edge list (build it for the served graph, and pass an incident's
     extra edges to :func:`explained_nodes`, so that incidents share one table): the nodes that
-    depend on it (an edge's ``src`` from its ``dst``), but for two kinds of edge, read as
-    :func:`fleetmind.rca.anchoring.dependencies` reads them: ``member_of`` a group other than a
-    cluster goes from the member to the group only (a pod's crash costs its Service capacity; a
-    Service does not pass it on to the other pods), and a ``link``'s ``attached_to`` goes from the
-    link to its GPUs only (a broken link hangs the GPUs it joins; a GPU does not explain the
-    link, nor through it the other GPUs of its host)."""
+    depend on it (an edge's ``src`` from its ``dst``), but for two kinds of edge, one direction
+    of the two that :func:`fleetmind.rca.anchoring.dependencies` reads: ``member_of`` a group
+    other than a cluster goes from the member to the group only (a pod's crash costs its Service
+    capacity; a Service does not pass it on to the other pods), and a ``link``'s ``attached_to``
+    goes from the link to its GPUs only (a broken link hangs the GPUs it joins; a GPU does not
+    explain the link, nor through it the other GPUs of its host)."""
     cache = getattr(graph, "_derived", None)
     hit = cache.get(_DEPENDENTS_KEY) if isinstance(cache, dict) else None
     if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
@@ -396,7 +396,9 @@ class IncidentManager:
         first loop runs it). Such feedback comes during a rolling upgrade from replicas of
         releases whose merges did not move it
         (:meth:`~fleetmind.serving.incidents.store.IncidentStore.move_merged_feedback`; on a
-        clean database one indexed read)."""
+        clean database one read of the feedback table, milliseconds at 100,000 incidents). Rows
+        a ``merged_into`` cycle keeps on merged incidents are warned about once, not moved again
+        every minute."""
         mono = time.monotonic()
         if not force and mono < self._next_housekeeping:
             return

@@ -1051,17 +1051,22 @@ def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> di
     one it ended in: its ``by``, ``root`` and ``fault`` (``", <type>"`` or ``""``) for
     :data:`STALE_KEPT` or :data:`NEWER_TOO`, each a bidi isolate
     (:func:`~fleetmind.serving.ui.svg.isolate`: the message is one text), and ``since``: whether
-    it was stored after the page was rendered. It was when stored after every merge into that
-    incident (:func:`_last_merge_into`: a form of a merged incident was rendered before its
-    merge). Otherwise a merge may have brought it from another incident, saved before the page
-    (ids are global), and :func:`_newer_text` says only that the page did not show it. ``None``:
+    it is known to be stored after the page was rendered: for a form of a merged incident, when
+    saved after that incident's merge (its ``closed_ts``: its page was rendered before), else
+    when nothing was ever merged into the form's incident (:func:`_last_merge_into`). Otherwise a
+    merge, or housekeeping moving a row an older replica stored on a merged incident after its
+    merge, may have brought it from another incident, saved before the page (ids are global, and
+    its time says when it was saved, not when it arrived here), and :func:`_newer_text` says only
+    that the page did not show it. ``None``:
     none, or a form without ``seen`` (a page opened before the form had it, or not ASCII
     digits)."""
     seen = form.get("seen", "").strip()
     if not (seen.isascii() and seen.isdigit()) or len(seen) > SEEN_DIGITS:
         return None
     row = services.db.get_incident(incident_id)
+    rendered_before = None  # a merged incident's page was rendered before its merge
     if row is not None and row["status"] == "merged":
+        rendered_before = row["closed_ts"]
         row, _ = _merge_target(services, row)
     if row is None:
         return None
@@ -1069,14 +1074,17 @@ def _newer_feedback(services: Any, incident_id: int, form: dict[str, str]) -> di
     if not feedback or feedback[0]["id"] <= int(seen):
         return None
     latest = feedback[0]
-    merged_in = _last_merge_into(services, int(row["id"]))
+    if rendered_before is not None:
+        saved = datetime.fromisoformat(latest["created_at"]).timestamp()
+        since = saved > float(rendered_before)
+    else:
+        since = _last_merge_into(services, int(row["id"])) is None
     fault = f", {isolate(latest['fault_type'])}" if latest["fault_type"] else ""
     return {
         "by": isolate(latest["by"]),
         "root": isolate(latest["root_cause"]),
         "fault": fault,
-        "since": merged_in is None
-        or datetime.fromisoformat(latest["created_at"]).timestamp() > merged_in,
+        "since": since,
     }
 
 
