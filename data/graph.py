@@ -851,6 +851,22 @@ class DependencyGraph:
 _CONTAINERS = (dict, list)
 
 
+def cached_for_edges(graph: Any, key: str, build: Callable[[], Any]) -> Any:
+    """``build()``, cached in ``graph``'s derived-data dict (``_derived``) under ``key`` for the
+    graph's current edge list (the same list object and length). An incident's graph with extra
+    edges (:mod:`fleetmind.rca.incident_graph`) shares that dict with its served graph and has
+    its own list, so it gets its own value (replacing the entry). Built each time for an object
+    without such a dict. The caller must not change the edge list or the value."""
+    cache = getattr(graph, "_derived", None)
+    hit = cache.get(key) if isinstance(cache, dict) else None
+    if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
+        return hit[2]
+    value = build()
+    if isinstance(cache, dict):
+        cache[key] = (graph.edges, len(graph.edges), value)
+    return value
+
+
 def _json_copy(value: Any) -> Any:
     """A copy of JSON-like ``value``: its dicts and lists copied at every depth, the rest shared
     (strings, numbers, booleans and ``None`` cannot change)."""

@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.graph import DependencyGraph, cached_for_edges
 from fleetmind.rca.base import RCAResult
 
 DEFAULT_WEIGHT = 0.1
@@ -118,21 +118,19 @@ def dependencies(graph: DependencyGraph) -> dict[str, list[str]]:
     with extra edges, :mod:`fleetmind.rca.incident_graph`, shares that dict and has its own list,
     so it gets its own entry); the caller must not change the lists.
     """
-    cache = getattr(graph, "_derived", None)
-    hit = cache.get(_DEPS_KEY) if isinstance(cache, dict) else None
-    if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
-        return hit[2]
-    deps: dict[str, list[str]] = {}
-    for e in graph.edges:
-        deps.setdefault(e.src, []).append(e.dst)
-        dst_kind = graph.node(e.dst).kind
-        if (e.kind == "member_of" and dst_kind != "cluster") or (
-            e.kind == "attached_to" and graph.node(e.src).kind == "link"
-        ):
-            deps.setdefault(e.dst, []).append(e.src)
-    if isinstance(cache, dict):
-        cache[_DEPS_KEY] = (graph.edges, len(graph.edges), deps)
-    return deps
+
+    def build() -> dict[str, list[str]]:
+        deps: dict[str, list[str]] = {}
+        for e in graph.edges:
+            deps.setdefault(e.src, []).append(e.dst)
+            dst_kind = graph.node(e.dst).kind
+            if (e.kind == "member_of" and dst_kind != "cluster") or (
+                e.kind == "attached_to" and graph.node(e.src).kind == "link"
+            ):
+                deps.setdefault(e.dst, []).append(e.src)
+        return deps
+
+    return cached_for_edges(graph, _DEPS_KEY, build)
 
 
 def joined_to_symptom(graph: DependencyGraph, anomalous: Collection[str], symptom: str) -> set[str]:

@@ -44,6 +44,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from fleetmind.data.graph import cached_for_edges
 from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.rca.incident_graph import incident_graph
 from fleetmind.serving.alertmap import node_for_alert
@@ -142,21 +143,19 @@ def _dependents(graph: Any) -> dict[str, list[str]]:
     capacity; a Service does not pass it on to the other pods), and a ``link``'s ``attached_to``
     goes from the link to its GPUs only (a broken link hangs the GPUs it joins; a GPU does not
     explain the link, nor through it the other GPUs of its host)."""
-    cache = getattr(graph, "_derived", None)
-    hit = cache.get(_DEPENDENTS_KEY) if isinstance(cache, dict) else None
-    if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
-        return hit[2]
-    out: dict[str, list[str]] = {}
-    for e in graph.edges:
-        if e.kind == "member_of" and graph.node(e.dst).kind != "cluster":
-            out.setdefault(e.src, []).append(e.dst)
-        elif e.kind == "attached_to" and graph.node(e.src).kind == "link":
-            out.setdefault(e.src, []).append(e.dst)
-        else:
-            out.setdefault(e.dst, []).append(e.src)
-    if isinstance(cache, dict):
-        cache[_DEPENDENTS_KEY] = (graph.edges, len(graph.edges), out)
-    return out
+
+    def build() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in graph.edges:
+            if e.kind == "member_of" and graph.node(e.dst).kind != "cluster":
+                out.setdefault(e.src, []).append(e.dst)
+            elif e.kind == "attached_to" and graph.node(e.src).kind == "link":
+                out.setdefault(e.src, []).append(e.dst)
+            else:
+                out.setdefault(e.dst, []).append(e.src)
+        return out
+
+    return cached_for_edges(graph, _DEPENDENTS_KEY, build)
 
 
 def explained_nodes(
