@@ -28,14 +28,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import free_port
-from test_serving_tls import make_pki
+from test_serving_tls import make_pki, serve_tls, tls_client
 
 from fleetmind.serving import metrics as metrics_module
 from fleetmind.serving.app import create_app
 from fleetmind.serving.routers import health as health_router
 from fleetmind.serving.settings import Settings
-from fleetmind.serving.tls import uvicorn_options
 
 READ = "read-token-for-the-handshake-test"
 SCHEDULE = "schedule-token-for-the-handshake-test"
@@ -214,8 +212,6 @@ def test_a_check_held_past_its_bound_is_not_ready_at_once(
 
 @pytest.fixture(scope="module")
 def tls_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Path]]]:
-    import uvicorn
-
     d = tmp_path_factory.mktemp("pki")
     pki = make_pki(d)
     settings = _settings(
@@ -226,32 +222,12 @@ def tls_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         tls_key=str(pki["fleetmind.key"]),
         scheduler_client_ca=str(pki["scheduler-ca.crt"]),
     )
-    port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                            **uvicorn_options(settings))  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"https://127.0.0.1:{port}", pki
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
-def _tls_client(pki: dict[str, Path], who: str | None) -> httpx.Client:
-    ctx = ssl.create_default_context(cafile=str(pki["server-ca.crt"]))
-    if who is not None:
-        ctx.load_cert_chain(str(pki[f"{who}.crt"]), str(pki[f"{who}.key"]))
-    return httpx.Client(verify=ctx, timeout=10.0)
+    with serve_tls(settings) as url:
+        yield url, pki
 
 
 def _failures(url: str, pki: dict[str, Path]) -> float:
-    with _tls_client(pki, "kube-scheduler") as c:
+    with tls_client(pki, "kube-scheduler") as c:
         value = _sample(c.get(url + "/metrics").text, "fleetmind_tls_handshake_failures_total")
     assert value is not None
     return value
@@ -260,11 +236,11 @@ def _failures(url: str, pki: dict[str, Path]) -> float:
 def test_a_certificate_of_another_ca_is_counted(tls_served: Any) -> None:
     url, pki = tls_served
     before = _failures(url, pki)
-    with _tls_client(pki, "kube-scheduler") as c:  # a good certificate is no failure
+    with tls_client(pki, "kube-scheduler") as c:  # a good certificate is no failure
         assert c.post(url + "/api/v1/scheduler/filter", json={}).status_code == 422
     assert _failures(url, pki) == before
     for _ in range(3):
-        with _tls_client(pki, "stranger") as c, pytest.raises(httpx.TransportError):
+        with tls_client(pki, "stranger") as c, pytest.raises(httpx.TransportError):
             c.post(url + "/api/v1/scheduler/filter", json={"Pod": {}, "NodeNames": []})
     deadline = time.monotonic() + 5
     while _failures(url, pki) < before + 3 and time.monotonic() < deadline:

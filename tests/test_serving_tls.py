@@ -11,6 +11,7 @@ The ``ExtenderArgs`` bodies are shaped as kube-scheduler sends them with ``nodeC
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import threading
@@ -140,8 +141,6 @@ def shipped_pki(d: Path) -> dict[str, Path]:
 def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, Path]]]:
-    import uvicorn
-
     d = tmp_path_factory.mktemp("pki")
     pki = make_pki(d) if request.param == "cryptography" else shipped_pki(d)
     settings = Settings(
@@ -156,6 +155,17 @@ def served(
         scheduler_client_ca=str(pki["scheduler-ca.crt"]),
     )
     assert settings.tls_problem() is None and not settings.weak_tokens()
+    with serve_tls(settings) as url:
+        yield url, pki
+
+
+@contextlib.contextmanager
+def serve_tls(settings: Settings) -> Iterator[str]:
+    """The app on ``settings`` served by uvicorn with their TLS options
+    (:func:`fleetmind.serving.tls.uvicorn_options`) in a thread on a free port; yields its
+    ``https://`` URL once started, stops it after."""
+    import uvicorn
+
     port = free_port()
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
                             **uvicorn_options(settings))  # fmt: skip
@@ -167,13 +177,14 @@ def served(
         time.sleep(0.05)
     assert server.started, "uvicorn did not start"
     try:
-        yield f"https://127.0.0.1:{port}", pki
+        yield f"https://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
 
 
-def _client(pki: dict[str, Path], who: str | None) -> httpx.Client:
+def tls_client(pki: dict[str, Path], who: str | None) -> httpx.Client:
+    """A client trusting ``pki``'s server CA, presenting ``who``'s certificate (none if None)."""
     import ssl
 
     ctx = ssl.create_default_context(cafile=str(pki["server-ca.crt"]))
@@ -183,7 +194,7 @@ def _client(pki: dict[str, Path], who: str | None) -> httpx.Client:
 
 
 def _args(url: str, pki: dict[str, Path]) -> dict[str, Any]:
-    with _client(pki, None) as c:
+    with tls_client(pki, None) as c:
         fleet = c.get(url + "/api/v1/fleet", headers={"Authorization": f"Bearer {READ}"})
     assert fleet.status_code == 200, fleet.text
     names = [n["name"] for n in fleet.json()["nodes"] if n["gpus"]][:4]
@@ -199,7 +210,7 @@ def _args(url: str, pki: dict[str, Path]) -> dict[str, Any]:
 def test_the_scheduler_certificate_opens_filter_and_prioritize(served: Any) -> None:
     url, pki = served
     args = _args(url, pki)
-    with _client(pki, "kube-scheduler") as c:
+    with tls_client(pki, "kube-scheduler") as c:
         r = c.post(url + "/api/v1/scheduler/filter", json=args)
         assert r.status_code == 200, r.text
         assert r.json()["NodeNames"] and r.json()["Error"] == ""
@@ -214,7 +225,7 @@ def test_the_scheduler_certificate_opens_filter_and_prioritize(served: Any) -> N
 def test_without_the_certificate_the_extender_needs_a_schedule_token(served: Any) -> None:
     url, pki = served
     args = _args(url, pki)
-    with _client(pki, None) as c:
+    with tls_client(pki, None) as c:
         assert c.post(url + "/api/v1/scheduler/filter", json=args).status_code == 401
         read = {"Authorization": f"Bearer {READ}"}
         assert c.post(url + "/api/v1/scheduler/filter", json=args, headers=read).status_code == 403
@@ -224,7 +235,7 @@ def test_without_the_certificate_the_extender_needs_a_schedule_token(served: Any
 
 def test_a_stranger_certificate_is_refused_at_the_handshake(served: Any) -> None:
     url, pki = served
-    with _client(pki, "stranger") as c, pytest.raises(httpx.TransportError):
+    with tls_client(pki, "stranger") as c, pytest.raises(httpx.TransportError):
         c.post(url + "/api/v1/scheduler/filter", json={"Pod": {}, "NodeNames": []})
 
 
@@ -239,7 +250,7 @@ def test_cookies_are_secure_when_the_service_holds_the_certificate(served: Any) 
     UI's cookies still carry ``Secure`` (RFC 6265 section 4.1.2.5; OWASP Session Management Cheat
     Sheet): without it a browser sends the session to the same host over plain HTTP."""
     url, pki = served
-    with _client(pki, None) as c:
+    with tls_client(pki, None) as c:
         form = c.get(url + "/ui/login")
         csrf = c.cookies.get("fm_csrf")
         done = c.post(
