@@ -57,18 +57,23 @@ def pg() -> Iterator[PgCluster]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def migrated_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A :class:`fleetmind.serving.db.Database` at the head revision, once on a SQLite file under
-    ``tmp_path`` and once on an emptied schema of the module's :func:`pg` cluster."""
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL, once of a SQLite file under ``tmp_path`` and once of an emptied schema of
+    the module's :func:`pg` cluster (created only for that parameter)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/fleetmind.db"
+    cluster: PgCluster = request.getfixturevalue("pg")
+    cluster.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    return cluster.url
+
+
+@pytest.fixture
+def migrated_db(db_url: str) -> Iterator[Any]:
+    """A :class:`fleetmind.serving.db.Database` at the head revision on :func:`db_url` (SQLite,
+    then PostgreSQL)."""
     from fleetmind.serving.db import Database
 
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/migrated.db"
-    else:
-        cluster: PgCluster = request.getfixturevalue("pg")
-        cluster.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-        url = cluster.url
-    db = Database(url)
+    db = Database(db_url)
     db.migrate()
     yield db
     db.dispose()

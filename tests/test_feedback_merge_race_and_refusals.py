@@ -49,16 +49,6 @@ FB = "/api/v1/incidents/{}/feedback"
 DOWN = {"alertname": "HostDown", "cluster": "c0", "severity": "critical"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/fb.db"
-        return
-    cluster: PgCluster = request.getfixturevalue("pg")
-    cluster.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    yield cluster.url
-
-
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     """The app with the storm of ``ui_helpers`` received and grouped (bearer token set)."""
@@ -100,9 +90,9 @@ def bys(c: TestClient, inc: int) -> list[str]:
 
 
 def test_a_post_overlapping_a_merge_is_refused_not_left_on_the_merged_incident(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with app_at(tmp_path, url) as c:
+    with app_at(tmp_path, db_url) as c:
         services = c.app.state.services
         h0, h1 = two_host_incidents(c)
         hash_graph = feedback_mod._cached_digest
@@ -118,7 +108,7 @@ def test_a_post_overlapping_a_merge_is_refused_not_left_on_the_merged_incident(
         assert r.status_code == 422, r.text
         assert f"send feedback for incident {h1}" in r.json()["detail"]
         assert bys(c, h0) == [] and bys(c, h1) == []
-        assert feedback_mod.feedback_incidents(url)[0] == []  # no label of a merged incident
+        assert feedback_mod.feedback_incidents(db_url)[0] == []  # no label of a merged incident
         assert c.post(FB.format(h1), json={"root_cause": "c0/host/c0-h0", "by": "carol"}).is_success
 
 
@@ -248,9 +238,9 @@ def _feedback(fb_id: int, inc_id: int) -> dict[str, Any]:
 
 
 def test_revision_0012_moves_feedback_of_merged_incidents_to_the_end_of_the_chain(
-    url: str,
+    db_url: str,
 ) -> None:
-    db = Database(url)
+    db = Database(db_url)
     _upgrade_to(db, "0011")
     with db.engine.begin() as conn:  # 1 -> 2 -> 3 merged before the upgrade; 4 open; 5 -> gone
         conn.execute(

@@ -26,13 +26,11 @@ from __future__ import annotations
 import html
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import PgCluster
 from sqlalchemy import event, text, update
 from test_feedback_merge_and_stale import ORIGIN, login, seen_of
 from test_feedback_merge_race_and_refusals import (
@@ -47,16 +45,6 @@ from test_feedback_merge_race_and_refusals import (
 
 from fleetmind.serving.db import Database, alerts, incident_feedback, incidents
 from fleetmind.serving.incidents.store import MERGED_FEEDBACK, move_merged_feedback
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/fb.db"
-        return
-    cluster: PgCluster = request.getfixturevalue("pg")
-    cluster.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    yield cluster.url
 
 
 def old_release_merge(db: Database, target: int, other: int) -> None:
