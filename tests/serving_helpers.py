@@ -331,6 +331,27 @@ def serving_settings(tmp_path: Path, **kw: object) -> Settings:
     return Settings(**{**base, **kw})
 
 
+@contextlib.contextmanager
+def app_on_graph(tmp_path: Path, graph: Any, **kw: object) -> Iterator[Any]:
+    """A ``TestClient`` of the app with its default (released) RCA model on ``graph`` (a
+    :class:`fleetmind.data.graph.DependencyGraph`, saved as ``graph.json`` under ``tmp_path``),
+    SQLite ``fm.db`` there, the built-in best-fit placer, no incident worker; ``kw`` wins."""
+    from fastapi.testclient import TestClient
+
+    from fleetmind.serving.app import create_app
+
+    graph.save(tmp_path / "graph.json")
+    settings = Settings(**{
+        "database_url": f"sqlite:///{tmp_path}/fm.db",
+        "graph": str(tmp_path / "graph.json"),
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+        **kw,
+    })  # fmt: skip
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
 NOTIFY_AM = "http://am.test:9093"
 """The Alertmanager the notifier tests post FleetMindRootCause alerts to (a mock transport)."""
 NOTIFY_HOOK = "http://hooks.test/slack"

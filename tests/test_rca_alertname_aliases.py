@@ -22,6 +22,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 from kps_helpers import EXT, KSM, kps_graph
+from serving_helpers import app_on_graph
 
 from fleetmind.rca.features.columnar import incident_crop
 from fleetmind.rca.features.dense import alert_features
@@ -33,8 +34,6 @@ from fleetmind.rca.features.layout import (
     NUM_FEATURES,
 )
 from fleetmind.rca.features.mapping import _keywords
-from fleetmind.serving.app import create_app
-from fleetmind.serving.settings import Settings
 
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "fleetmind-rules.yml"
 
@@ -201,15 +200,7 @@ def test_alert_columns_match_the_released_snapshot(alerts: list[dict[str, Any]])
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tmp = tmp_path_factory.mktemp("aliases")
-    kps_graph().save(tmp / "graph.json")
-    settings = Settings(
-        database_url=f"sqlite:///{tmp}/fm.db",
-        graph=str(tmp / "graph.json"),
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
-    with TestClient(create_app(settings)) as c:
+    with app_on_graph(tmp_path_factory.mktemp("aliases"), kps_graph()) as c:
         yield c
 
 

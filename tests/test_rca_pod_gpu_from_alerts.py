@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import app_on_graph
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.graph_build import build_graph
@@ -29,9 +30,7 @@ from fleetmind.rca.baselines import (
 )
 from fleetmind.rca.features.columnar import alert_columns
 from fleetmind.rca.incident_graph import gpu_pod_edges, incident_graph
-from fleetmind.serving.app import create_app
 from fleetmind.serving.rca.batcher import rank_group
-from fleetmind.serving.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "k8s"
 C = "prod-eu"
@@ -87,15 +86,7 @@ def graph() -> DependencyGraph:
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory, graph: DependencyGraph) -> Any:
-    tmp = tmp_path_factory.mktemp("xid")
-    graph.save(tmp / "graph.json")
-    settings = Settings(
-        database_url=f"sqlite:///{tmp}/fm.db",
-        graph=str(tmp / "graph.json"),
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
-    with TestClient(create_app(settings)) as c:
+    with app_on_graph(tmp_path_factory.mktemp("xid"), graph) as c:
         yield c
 
 

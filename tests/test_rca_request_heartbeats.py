@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import app_on_graph
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.graph_build import build_graph
 from fleetmind.rca.features.columnar import AlertColumns
-from fleetmind.serving.app import create_app
 from fleetmind.serving.rca.request import parse_alerts, parse_for, response_json
-from fleetmind.serving.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "k8s"
 C = "prod-eu"
@@ -54,14 +53,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("hb")
     k = json.loads((DATA / "kps_cluster.json").read_text())
     model = build_graph(k["nodes"], k["pods"], k["services"], k["endpointslices"], cluster=C)
-    DependencyGraph.from_model(model).save(tmp / "graph.json")
-    settings = Settings(
-        database_url=f"sqlite:///{tmp}/fm.db",
-        graph=str(tmp / "graph.json"),
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
-    with TestClient(create_app(settings)) as c:
+    with app_on_graph(tmp, DependencyGraph.from_model(model)) as c:
         yield c
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import app_on_graph
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
@@ -55,16 +56,7 @@ def graph() -> DependencyGraph:
 @pytest.fixture(scope="module")
 def client(graph: DependencyGraph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("pool")
-    graph.save(tmp / "graph.json")
-    settings = Settings(
-        database_url=f"sqlite:///{tmp}/fm.db",
-        graph=str(tmp / "graph.json"),
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-        rca_processes=2,
-        rca_process_nice=3,
-    )
-    with TestClient(create_app(settings)) as c:
+    with app_on_graph(tmp, graph, rca_processes=2, rca_process_nice=3) as c:
         yield c
 
 
