@@ -169,7 +169,7 @@ def test_a_fleet_mixing_8_and_16_gpu_nodes_keeps_the_policy_choice_on_8_gpu_node
 @pytest.mark.parametrize("placer", PLACERS, ids=IDS)
 def test_placements_api_placer_uses_wide_nodes_and_their_reservations(placer: Any) -> None:
     job = JobSpec(num_gpu=8, gpu_milli=1000, cpu_milli=1000, memory_mib=1024, alternatives=3)
-    only_big1 = {"big-1"}
+    only_big1 = {("local", "big-1")}
     (opt,) = placer.place(SNAP, job, Reservations(), 4, allowed=only_big1)
     assert opt.gpus == tuple(range(8, 16))
     res = Reservations()

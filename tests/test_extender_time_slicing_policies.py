@@ -76,14 +76,14 @@ def test_the_policy_placer_gives_a_replica_job_the_built_in_best_fit() -> None:
     res = Reservations()
     job = JobSpec(num_gpu=2, gpu_milli=250, cpu_milli=1000, memory_mib=1024)
     res.book(Option("k8s", "a", (1,), 0.0), job)  # GPU 1 of a now has no replica free
-    for allowed in (None, {"a", "c"}):
+    for allowed in (None, {("k8s", "a"), ("k8s", "c")}):
         got = placer.place(snap, job, res, 3, allowed=allowed)
         assert got == BestFitPlacer().place(snap, job, res, 3, allowed=allowed)
     assert [(o.node, o.gpus) for o in placer.place(snap, job, res, 3)] == [
         ("b", (0, 1)),
         ("a", (0, 2)),
     ]
-    assert placer.place(snap, job, res, 3, allowed={"c"}) == []
+    assert placer.place(snap, job, res, 3, allowed={("k8s", "c")}) == []
 
 
 @pytest.mark.parametrize("model", ["heuristic:BestFit", None])

@@ -1013,7 +1013,7 @@ def _place(
             job.job(cluster, r),
             reservations,
             len(nodes),
-            allowed={n.name for n in nodes},
+            allowed={(n.cluster, n.name) for n in nodes},
             alternative_gpus=False,  # only the choice is held: its GPUs are enough
         )
     if len(groups) > 1:

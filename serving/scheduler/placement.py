@@ -235,7 +235,7 @@ class Placer(Protocol):
         job: JobSpec,
         reservations: Reservations,
         k: int,
-        allowed: Collection[str] | None = None,
+        allowed: Collection[tuple[str, str]] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
         """Return up to ``k`` feasible options, best first (empty when none fits). An option's
@@ -249,14 +249,13 @@ class Placer(Protocol):
         ...
 
 
-def node_allowed(allowed: Collection[Any] | None, cluster: str, name: str) -> bool:
+def node_allowed(allowed: Collection[tuple[str, str]] | None, cluster: str, name: str) -> bool:
     """Whether a placer's ``allowed`` admits the node ``name`` of ``cluster`` (all when None).
 
-    ``allowed`` holds ``(cluster, node name)`` pairs (:func:`fleetmind.serving.health.healthy_nodes`):
-    a node is matched in its own cluster, so a same-named node of another cluster is not admitted.
-    A bare node name is also read, for a caller that pins ``JobSpec.cluster`` itself (the scheduler
-    extender, whose candidates are one cluster's nodes)."""
-    return allowed is None or (cluster, name) in allowed or name in allowed
+    ``allowed`` holds ``(cluster, node name)`` pairs (:func:`fleetmind.serving.health.healthy_nodes`,
+    the scheduler extender's candidates): a node is matched in its own cluster, so a same-named
+    node of another cluster is not admitted."""
+    return allowed is None or (cluster, name) in allowed
 
 
 class Reservations:
@@ -332,7 +331,7 @@ class BestFitPlacer:
         job: JobSpec,
         reservations: Reservations,
         k: int,
-        allowed: Collection[str] | None = None,
+        allowed: Collection[tuple[str, str]] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
         options: list[Option] = []
@@ -579,7 +578,7 @@ class PeerPolicyPlacer:
         job: JobSpec,
         reservations: Reservations,
         k: int,
-        allowed: Collection[str] | None = None,
+        allowed: Collection[tuple[str, str]] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
         """:meth:`Placer.place` with the policy, except on nodes of more than 8 GPUs and for a job
@@ -630,7 +629,7 @@ class PeerPolicyPlacer:
         job: JobSpec,
         reservations: Reservations,
         k: int,
-        allowed: Collection[str] | None,
+        allowed: Collection[tuple[str, str]] | None,
         alternative_gpus: bool,
     ) -> list[Option]:
         """:meth:`place` through the policy on the simulator's ``ClusterState``.
