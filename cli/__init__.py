@@ -55,6 +55,7 @@ GROUPS: dict[str, str] = {
     "replay": "post a stored alert storm (examples/*.json) to a running service, as Alertmanager would",
     "data": "public datasets: download openb or PetShop and verify them",
     "doctor": "check the metrics FleetMind needs on a live Prometheus (--prometheus URL)",
+    "db": "the service database's schema: show its revision, upgrade it, roll it back",
 }
 
 

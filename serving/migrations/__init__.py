@@ -14,7 +14,13 @@ databases are at ``0004``); :func:`upgrade` brings a database to the newest revi
   refused with a :class:`~fleetmind.data.errors.ConfigError` naming the schema, and nothing is
   changed;
 * a database at a revision this release does not know (written by a newer release) is refused with
-  a :class:`~fleetmind.data.errors.ConfigError`, and nothing is changed.
+  a :class:`~fleetmind.data.errors.ConfigError` that names the command rolling it back, and
+  nothing is changed.
+
+:func:`downgrade` takes a database back to an older revision (``fleetmind db downgrade --to REV``,
+run with the release that wrote the newer schema): each revision's ``downgrade()`` in turn, newest
+first, under the same lock, each in its own transaction. :data:`DOWNGRADE_DROPS` says what undoing
+each revision drops.
 
 A database already at ``head`` is only read (no lock is taken: a restart under write load does not
 wait for SQLite's write lock). Replicas starting together serialise on a lock (a PostgreSQL
@@ -55,6 +61,26 @@ BASELINE = "0001"
 """The revision of the schema ``create_all`` made before migrations (the builds before Alembic,
 which came before release 0.2.0)."""
 
+ROLLBACK_DOC = "docs/serving/operations.md#rolling-back"
+"""Where the rollback procedure is written down (named by the refusals)."""
+
+DOWNGRADE_DROPS: dict[str, str] = {
+    "0001": "every table (alerts and incidents): the database is empty",
+    "0002": "incidents.needs_ranking and the index ix_alerts_pending_updated",
+    "0003": "the tables incident_feedback, feedback_graphs and notifications (feedback labels, "
+    "which root causes were sent)",
+    "0004": "the table reservations (the scheduler's holds)",
+    "0005": "the table ui_sessions (every browser is signed out)",
+    "0006": "notifications.delivery (what became of each firing message per channel)",
+    "0007": "the table model_reloads (the reload generation)",
+    "0008": "model_reloads.pins",
+    "0009": "the indexes ix_notifications_owed and ix_incident_feedback_incident",
+    "0010": "the index ix_incidents_status_closed",
+    "0011": "reservations.pod_priority",
+    "0012": "nothing: the feedback it moved stays on the incident it moved to",
+}
+"""What undoing each revision (its ``downgrade()``) drops, with the data it holds."""
+
 _PG_MIGRATE_KEY = 0x464C4D4D  # "FLMM": not the incident worker's key
 _PG_LOCK_POLL_S = 0.2
 """How often a process waiting to migrate PostgreSQL tries the migration lock again, seconds."""
@@ -80,6 +106,14 @@ def known_revisions() -> set[str]:
     from alembic.script import ScriptDirectory
 
     return {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
+def revisions() -> list[str]:
+    """This release's revisions, oldest first (``0001`` ... :func:`head`)."""
+    from alembic.script import ScriptDirectory
+
+    walked = ScriptDirectory.from_config(_config()).walk_revisions()
+    return [str(s.revision) for s in reversed(list(walked))]
 
 
 def current(conn: Connection) -> str | None:
@@ -207,7 +241,9 @@ def check(engine: Engine) -> str | None:
     if rev is not None and rev not in known_revisions():
         raise ConfigError(
             f"the database schema is at revision {rev}, which this release does not know (its "
-            f"newest is {head()}): it was written by a newer FleetMind; run that release"
+            f"newest is {head()}): it was written by a newer FleetMind; to roll back, run "
+            f"`fleetmind db downgrade --to {head()}` with that newer release first "
+            f"({ROLLBACK_DOC})"
         )
     return rev
 
@@ -297,6 +333,94 @@ def upgrade(engine: Engine) -> str:
             raise  # not reached or not read: no upgrade was attempted
         raise UpgradeFailed(before, head(), _failed_revision(engine), _cause(err)) from err
     return before
+
+
+class DowngradeFailed(ConfigError):
+    """A schema downgrade stopped while undoing a revision (a lock timeout, a full disk).
+
+    The revisions undone before it stay undone (each is a transaction of its own) and the failed
+    one is rolled back: the database is at ``revision``, whose schema is whole.
+
+    Args:
+        before: the revision the database was at.
+        target: the revision the downgrade was taking it to.
+        revision: the revision it failed to undo (the one the database is at now).
+        cause: the database's error, one line.
+    """
+
+    def __init__(self, before: str, target: str, revision: str, cause: str) -> None:
+        self.before, self.target, self.revision, self.cause = before, target, revision, cause
+        super().__init__(
+            f"schema downgrade from {before} to {target} failed undoing revision {revision} (the "
+            f"database is at {revision}): {cause}"
+        )
+
+
+def downgrade_refusal(rev: str | None, target: str, order: list[str]) -> str | None:
+    """Why the database at ``rev`` cannot be taken down to ``target`` (``None``: it can)."""
+    if rev is None:
+        return (
+            "the database holds no schema revision (empty, or made by a build before "
+            "migrations): there is nothing to downgrade"
+        )
+    if order.index(target) > order.index(rev):
+        return (
+            f"revision {target} is above the database's revision {rev}: a downgrade only goes "
+            "down (`fleetmind db upgrade` goes up)"
+        )
+    return None
+
+
+def downgrade(engine: Engine, target: str) -> str:
+    """Take the database down to revision ``target`` (each ``downgrade()`` from the database's
+    revision down to ``target``'s successor, newest first); returns the revision it was at.
+
+    A database already at ``target`` is left as it is. The revision is read again under the
+    migration lock (:func:`upgrade`'s), which a start of the service waits for. What each undone
+    revision drops is lost (:data:`DOWNGRADE_DROPS`).
+
+    Raises:
+        ConfigError: ``target`` is not a revision of this release, the database is at a revision
+            this release does not know, holds no revision, or is below ``target``.
+        DowngradeFailed: undoing a revision failed (it is rolled back; the ones undone stay undone).
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be reached or read.
+    """
+    from alembic import command
+
+    order = revisions()
+    if target not in order:
+        raise ConfigError(
+            f"unknown revision {target!r}: this release knows {order[0]} to {order[-1]}"
+        )
+    rev = check(engine)
+    refusal = downgrade_refusal(rev, target, order)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    if rev == target:
+        return target
+    before: str | None = None
+    try:
+        with _migration_lock(engine) as conn:
+            names = set(inspect(conn).get_table_names())
+            rev = current(conn) if "alembic_version" in names else None
+            conn.commit()
+            if rev is not None and rev not in order:  # a newer release upgraded it meanwhile
+                raise ConfigError(f"the database moved to revision {rev} meanwhile: run it again")
+            refusal = downgrade_refusal(rev, target, order)
+            if refusal is not None:
+                raise ConfigError(refusal)
+            before = rev
+            command.downgrade(_config(conn), target)
+            conn.commit()
+    except SQLAlchemyError as err:
+        if before is None:
+            raise
+        try:
+            now = state(engine)[0] or "none"
+        except SQLAlchemyError:  # pragma: no cover - the database went away as well
+            now = "unknown"
+        raise DowngradeFailed(before, target, now, _cause(err)) from err
+    return str(before)
 
 
 def _refuse_tables_elsewhere(conn: Connection) -> None:
