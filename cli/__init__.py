@@ -106,9 +106,11 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetmind`` console script; returns the process exit status."""
     # no usage telemetry from the libraries: MLflow's, and ONNX Runtime's (1.29 and later send
-    # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import)
+    # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import),
+    # and Ray's (on by default: a local Ray would report to usage-stats.ray.io)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from fleetmind.progress import quiet_library_bars
 
     quiet_library_bars()  # no bar redraws (\r) from MLflow in a log file either

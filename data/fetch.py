@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.folders import pid_running
-from fleetmind.http_client import Deadline, hold_to
+from fleetmind.http_client import Deadline, hold_to, proxy_note
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
@@ -151,7 +151,14 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 
 def _download(
-    client: Any, watch: Deadline, url: str, part: Path, timeout_s: float, size: int
+    client: Any,
+    watch: Deadline,
+    url: str,
+    part: Path,
+    timeout_s: float,
+    size: int,
+    *,
+    mirror: bool = False,
 ) -> None:
     """Stream ``url`` into the new file ``part`` (created here, exclusively: no other download
     writes into it); it is removed on any failure, a full disk and Ctrl-C included.
@@ -165,6 +172,8 @@ def _download(
         timeout_s: seconds (``--timeout``).
         size: the file's size in bytes (the manifest's): once all of it arrived, the deadline no
             longer applies.
+        mirror: ``url`` is on a mirror (``--base-url``); else a failed connection's message
+            names ``--base-url MIRROR`` (:func:`_unreachable`).
     """
     import httpcore
     import httpx
@@ -202,15 +211,30 @@ def _download(
                 raise NotAvailableError(_too_slow(shown, timeout_s)) from None
             raise NotAvailableError(
                 f"cannot download {shown}: no answer (status line and headers) within "
-                f"{timeout_s:g} s; raise it with --timeout SECONDS"
+                f"{timeout_s:g} s{_unreachable(err, url, mirror)}; raise it with --timeout SECONDS"
             ) from None
         if isinstance(err, httpx.InvalidURL):
             raise ConfigError(safe_uri(f"cannot download {url}: not a valid URL: {err}")) from None
         if isinstance(err, httpx.HTTPError):
-            raise NotAvailableError(safe_uri(f"cannot download {url}: {err}")) from None
+            raise NotAvailableError(
+                safe_uri(f"cannot download {url}: {err}") + _unreachable(err, url, mirror)
+            ) from None
         raise
     finally:
         watch.at = None
+
+
+def _unreachable(err: BaseException, url: str, mirror: bool) -> str:
+    """The end of a download's error message when the connection failed (``err``: an
+    ``httpx.ConnectError``, ``ConnectTimeout`` or ``ProxyError``; else ""): the proxy it went
+    through (:func:`fleetmind.http_client.proxy_note`), and, unless ``url`` is on a mirror
+    already, that ``--base-url`` fetches from one (a machine without internet access)."""
+    import httpx
+
+    if not isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
+        return ""
+    hint = "" if mirror else "; without access to it, fetch from a mirror: --base-url MIRROR"
+    return proxy_note(err, url) + hint
 
 
 def _too_slow(shown: str, timeout_s: float) -> str:
@@ -327,7 +351,9 @@ def fetch_dataset(
                 _remove_dead_parts(target)
                 part = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
                 url = base + f["url_path"]
-                _download(client, watch, url, part, timeout_s, f["bytes"])
+                _download(
+                    client, watch, url, part, timeout_s, f["bytes"], mirror=base_url is not None
+                )
                 try:
                     size, digest = part.stat().st_size, _sha256(part)  # the bytes on disk
                     if size != f["bytes"] or digest != f["sha256"]:

@@ -24,6 +24,9 @@ transport chosen by the rules above; the CA bundle named by ``SSL_CERT_FILE`` or
 is still trusted (``httpx.create_ssl_context``), and no ``.netrc`` is read (httpx reads one only
 when asked to, with ``httpx.NetRCAuth``).
 
+A connection that fails through a proxy is reported as the proxy's (:func:`proxy_note`: which
+proxy, from which variable), not as a refusal of the server asked for.
+
 A client can also be held to a :class:`Deadline` (:func:`hold_to`): every connect, read and write of
 the request in flight then ends by it, however slowly the server trickles its answer.
 
@@ -186,6 +189,48 @@ def _with_scheme(value: str) -> str:
 def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The proxy a request to ``url`` takes by the environment's rules, or None (direct)."""
     return ProxyRules.from_environment(environ).proxy_for(url)
+
+
+def proxy_source(url: str, environ: Mapping[str, str] | None = None) -> str:
+    """The variable whose proxy a request to ``url`` takes (``HTTPS_PROXY``, ``https_proxy``,
+    ``HTTP_PROXY``, ``http_proxy``, ``ALL_PROXY`` or ``all_proxy``, as set), or "" when it goes
+    direct."""
+    env = os.environ if environ is None else environ
+    if proxy_for(url, env) is None:
+        return ""
+    scheme = urlsplit(url).scheme.lower()
+    for var in (f"{scheme.upper()}_PROXY", "ALL_PROXY"):
+        for key in (var, var.lower()):
+            if (env.get(key) or "").strip():
+                return key
+    return ""
+
+
+def proxy_note(err: BaseException, url: str, environ: Mapping[str, str] | None = None) -> str:
+    """Where a failed connection went, for an error message: ``" via proxy URL (from VAR;
+    NO_PROXY does not match HOST)"`` (the proxy's URL masked) when ``err`` is a connection
+    failure (``httpx.ConnectError``, ``httpx.ConnectTimeout``, ``httpx.ProxyError``) of a request
+    that went through a proxy, so that a proxy's refusal is not read as the target's; else "".
+
+    ``url``: the request's URL, used when ``err`` carries no request (the one of a redirection
+    otherwise); ``environ``: the variables read (default ``os.environ``).
+    """
+    import httpx
+
+    if not isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
+        return ""
+    try:
+        url = str(err.request.url)
+    except RuntimeError:  # (an error made without its request)
+        pass
+    proxy = proxy_for(url, environ)
+    if proxy is None:
+        return ""
+    host = urlsplit(url).hostname or url
+    return (
+        f" via proxy {safe_uri(proxy)} (from {proxy_source(url, environ)}; "
+        f"NO_PROXY does not match {host})"
+    )
 
 
 def _named(socks_only: bool) -> str:

@@ -4,8 +4,9 @@ Teacher searches, multi-seed training and evaluation sweeps are lists of indepen
 episode, one training run, one (trace, policy, seed) evaluation). :func:`run_tasks` runs such a list
 
 * with ``ray_address`` (``"auto"``, ``"HOST:PORT"`` or ``"local"``): as Ray tasks on that cluster
-  (``ray.init(address=...)``; ``"local"`` starts a private single-node Ray in this process), one
-  CPU per task unless told otherwise;
+  (``ray.init(address=...)``; ``"local"`` starts a private single-node Ray in this process, with
+  Ray's usage statistics off and its token in a temporary folder when ``~`` is read-only: see
+  :func:`local_ray_environment`), one CPU per task unless told otherwise;
 * without it: in this process (``workers`` = 1) or in ``workers`` forked processes, as before.
 
 Each job is a pure function of its arguments (all seeds are in the arguments), so the three paths
@@ -23,7 +24,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,6 +62,62 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
+RAY_TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+"""The variables that give Ray its authentication token instead of the file ``~/.ray/auth_token``."""
+
+
+def _writable_ray_folder() -> bool:
+    """Whether Ray can keep its token in ``~/.ray`` (made when missing, as Ray would make it)."""
+    try:
+        folder = Path.home() / ".ray"
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # RuntimeError: no HOME and no passwd entry
+        return False
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def local_ray_environment(environ: MutableMapping[str, str] | None = None) -> None:
+    """Set the variables a private single-node Ray (``--ray-address local``) reads at start.
+
+    * ``RAY_USAGE_STATS_ENABLED=0`` unless set: Ray's usage statistics are on by default and
+      would be sent to ``usage-stats.ray.io``.
+    * ``RAY_AUTH_TOKEN_PATH``, to a new token (256 random bits, mode 0600, in a private folder
+      made by ``tempfile.mkdtemp`` and removed at exit), when Ray 2.x would write its token to
+      ``~/.ray/auth_token`` but ``~`` is not writable (``HOME=/`` on a read-only root, as in the
+      image), and neither ``RAY_AUTH_TOKEN`` nor ``RAY_AUTH_TOKEN_PATH`` is set, nor
+      ``RAY_AUTH_MODE`` to something else than ``token``.
+
+    Args:
+        environ: the environment to change (default ``os.environ``, which Ray's processes
+            inherit).
+    """
+    import atexit
+    import secrets
+    import shutil
+    import tempfile
+
+    env = os.environ if environ is None else environ
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if env.get("RAY_AUTH_MODE", "token").strip().lower() != "token":
+        return
+    if any(env.get(name) for name in RAY_TOKEN_VARS):
+        return
+    try:
+        if (Path.home() / ".ray" / "auth_token").is_file():
+            return
+    except (OSError, RuntimeError):
+        pass
+    if _writable_ray_folder():
+        return
+    folder = tempfile.mkdtemp(prefix="fleetmind-ray-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    token = Path(folder) / "auth_token"
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    env["RAY_AUTH_TOKEN_PATH"] = str(token)
+
+
 def _ray_init(address: str) -> Any:
     try:
         import ray
@@ -72,12 +129,19 @@ def _ray_init(address: str) -> Any:
         kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
         try:
             if address == "local":
+                local_ray_environment()
                 ray.init(**kwargs, include_dashboard=False)
             else:
                 ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ConfigError(
                 f"cannot connect to the Ray cluster at {address!r}: {str(exc).splitlines()[0]}"
+            ) from None
+        except OSError as exc:  # e.g. Ray's temporary folder (/tmp/ray) on a read-only disk
+            where = f" {exc.filename}" if exc.filename else ""
+            raise ConfigError(
+                f"cannot start Ray ({address!r}):{where} {exc.strerror or exc}; Ray writes its "
+                "session files under /tmp/ray and its token to ~/.ray (HOME)"
             ) from None
     return ray
 

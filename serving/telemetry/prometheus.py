@@ -280,6 +280,7 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet_io import local_node_name
 from fleetmind.data.graph import DCGM_EXPORTER_POD, instance_address
 from fleetmind.http_client import client as proxied_client
+from fleetmind.http_client import proxy_note
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
@@ -716,7 +717,7 @@ class PrometheusSource(TelemetrySource):
         except httpx.HTTPError as err:
             raise NotAvailableError(
                 f"cannot scrape DCGM exporter at {self.shown_url}: "
-                f"{request_problem(err, self.timeout_s)}"
+                f"{request_problem(err, self.timeout_s, self.url)}"
             ) from None
         nodes = parse_dcgm(resp.text, self.default_cluster, exporter_node(self.url))
         return FleetSnapshot("prometheus", nodes, read_ts, received_ts=time.time())
@@ -853,7 +854,7 @@ class PrometheusApiSource(TelemetrySource):
         except httpx.HTTPError as err:
             raise NotAvailableError(
                 f"cannot query Prometheus at {self.shown_url}: "
-                f"{request_problem(err, self.timeout_s)}"
+                f"{request_problem(err, self.timeout_s, self.url)}"
             ) from None
         try:
             body = msgspec.json.decode(resp.content)  # ~3x faster than json for 5 MB answers
@@ -981,23 +982,25 @@ def _decode_problem(err: Exception) -> str:
     return type(err).__name__
 
 
-def request_problem(err: Exception, timeout_s: float | None = None) -> str:
+def request_problem(err: Exception, timeout_s: float | None = None, url: str = "") -> str:
     """An ``httpx`` error as a message: a protocol error this side made (an illegal header
     value) is named only, as its text quotes the header, ``Authorization`` included; a timeout
     says how long was waited (``timeout_s``, s) and which setting sets it (httpx's own text is
-    only "timed out")."""
+    only "timed out"); a connection that failed through a proxy names the proxy
+    (:func:`fleetmind.http_client.proxy_note`; ``url``: the request's)."""
     import httpx
 
     if isinstance(err, httpx.LocalProtocolError):
         return "the request could not be sent (an invalid header value)"
+    via = proxy_note(err, url)
     if isinstance(err, httpx.TimeoutException):
         what = "no connection" if isinstance(err, httpx.ConnectTimeout) else "no answer"
         within = f" within {timeout_s:g} s" if timeout_s is not None else ""
         return (
-            f"{what}{within} (the limit is FLEETMIND_TELEMETRY_TIMEOUT_S for the service, "
+            f"{what}{within}{via} (the limit is FLEETMIND_TELEMETRY_TIMEOUT_S for the service, "
             "--timeout for fleetmind doctor)"
         )
-    return safe_uri(str(err))
+    return safe_uri(str(err)) + via
 
 
 def http_problem(resp: Any, body: Any) -> str | None:
