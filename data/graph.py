@@ -19,6 +19,7 @@ This module is plain Python + numpy (no torch), so datasets are readable without
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -245,7 +246,11 @@ class DependencyGraph:
         name or one of its ``addresses``), standing in for a missing ``node``), and the node whose
         ``match`` labels are all present in the alert with equal values, with the most match
         labels, wins; ties go to the more specific kind (:data:`_KIND_SPECIFICITY`: link > gpu >
-        pod > host > service > shared infrastructure > cluster). An alert naming a workload
+        pod > host > service > shared infrastructure > cluster), except that a host matched by a
+        ``node`` the alert did not name (only ``instance``'s address or a
+        :data:`HOST_NAME_LABELS` label gave it) gives way to a shared-infrastructure node the other
+        labels match (``{cluster, component}`` of a switch whose exporter runs on that host,
+        :meth:`_named_component`). An alert naming a workload
         controller (:data:`WORKLOAD_LABELS`) lands on the controller's node (:meth:`workload_node`)
         unless its labels match a pod, GPU, host or link that is not its exporter; one naming a
         PersistentVolumeClaim (:data:`CLAIM_LABEL`) lands on the first pod using it
@@ -272,6 +277,8 @@ class DependencyGraph:
         if direct is not None and direct in self.index:
             return self.index[direct]
         labels, node_named = self._subject(labels)
+        if not node_named:
+            match = functools.partial(self._named_component, match)
         best = match(labels)
         target = best is not None and self.is_scrape_target(best, labels, node_named)
         if CLAIM_LABEL in labels:
@@ -294,6 +301,28 @@ class DependencyGraph:
             other = match({k: v for k, v in labels.items() if k not in _SERVICE_TARGET_LABELS})
             return other if other is not None else best
         return best
+
+    def _named_component(
+        self, match: Callable[[Mapping[str, str]], int | None], labels: Mapping[str, str]
+    ) -> int | None:
+        """``match(labels)`` for an alert whose ``node`` it did not name (taken from ``instance``'s
+        address or a :data:`HOST_NAME_LABELS` label, see :meth:`_subject`), except that a host
+        matched by that ``node`` gives way to the shared-infrastructure node (a ``network``,
+        ``dns``, ``storage`` ... node: ranked below a Service, above the cluster in
+        :data:`_KIND_SPECIFICITY`) that the labels match without ``node``.
+
+        Such a ``node`` names where the exporter runs, while labels that match a shared node
+        (``{cluster, component}`` of an IB or ToR switch, docs/rca-data.md) name what the alert is
+        about: treydock/infiniband_exporter runs on a host with an active IB interface, so every
+        ``InfinibandSwitchPortDown`` of a switch carries that host's ``instance``."""
+        best = match(labels)
+        if best is None or self.nodes[best].kind != "host" or "node" not in self.nodes[best].match:
+            return best
+        other = match({k: v for k, v in labels.items() if k != "node"})
+        if other is None:
+            return best
+        rank = _KIND_SPECIFICITY.get(self.nodes[other].kind, 0)
+        return other if _KIND_SPECIFICITY["cluster"] < rank < _KIND_SPECIFICITY["service"] else best
 
     def alert_subject(self, labels: dict[str, str]) -> dict[str, str]:
         """An alert's ``str -> str`` labels as they identify its subject (a new dict when changed).
