@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import copy
 import errno
+import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -79,6 +82,7 @@ from fleetmind.serving.routers import (
 from fleetmind.serving.routers.health import example_graph_warning
 from fleetmind.serving.scheduler import placement_router
 from fleetmind.serving.scheduler import router as scheduler_router
+from fleetmind.serving.scheduler.extender import get_ci
 from fleetmind.serving.scheduler.reservations import DbReservations, snapshot_lag_s
 from fleetmind.serving.schemas import AlertmanagerWebhook, ErrorOut, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
@@ -755,6 +759,78 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods, key=lambda m: (rank.get(m, len(rank)), m)))
 
 
+EXTENDER_PREFIX = "/api/v1/scheduler/"
+"""Routes whose refusals (a 4xx or 5xx) :class:`ExtenderRefusalLog` logs: kube-scheduler reads
+no body of an answer but 200 (``send`` in kubernetes ``pkg/scheduler/extender.go``: "failed %v
+with extender at URL %v, code %v"), so the reason would show nowhere."""
+
+
+def _pod_key(body: bytes) -> str:
+    """``namespace/name`` of the pod of an extender body (``ExtenderArgs.Pod.metadata``, or
+    ``ExtenderBindingArgs`` ``PodNamespace``/``PodName``), ``"?"`` when it cannot be read; at
+    most 253 characters, one line."""
+    try:
+        args = json.loads(body)
+    except (ValueError, RecursionError):
+        return "?"
+    pod = get_ci(args, "Pod")
+    meta = get_ci(pod, "metadata") if isinstance(pod, dict) else None
+    if isinstance(meta, dict):
+        name, ns = get_ci(meta, "name"), get_ci(meta, "namespace")
+    else:
+        name, ns = get_ci(args, "PodName"), get_ci(args, "PodNamespace")
+    if not isinstance(name, str) or not name:
+        return "?"
+    key = f"{ns if isinstance(ns, str) and ns else 'default'}/{name}"
+    return ascii(key)[1:-1][:253]
+
+
+class ExtenderRefusalLog:
+    """Logs why an extender route (:data:`EXTENDER_PREFIX`) refused a request, at WARNING: one line
+    per route, status and error class, then while they go on one line at most every ``every_s``
+    seconds, with how many more were refused like it (as
+    :class:`~fleetmind.serving.failure_log.RequestFailureLog` throttles database errors), since
+    kube-scheduler retries a pending pod every few seconds (``extender refused POST
+    /api/v1/scheduler/filter (503) for pod ml/train-0: no GPU telemetry ... (3 more refused like
+    it in the last 60 s)``).
+
+    Args:
+        logger: where the lines go.
+        every_s: least seconds between two lines about one route, status and error class.
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger, self.every_s, self.clock = logger, every_s, clock
+        self._last: dict[tuple[str, int, str], float] = {}
+        self._quiet: dict[tuple[str, int, str], int] = {}
+        self._lock = threading.Lock()
+
+    def refused(self, route: str, code: int, err: BaseException, pod: str) -> None:
+        """Log (or count) the refusal ``code`` of ``route`` with ``err`` for pod key ``pod``."""
+        key = (route, code, type(err).__name__)
+        with self._lock:
+            now, last = self.clock(), self._last.get(key)
+            if last is not None and 0 <= now - last < self.every_s:
+                self._quiet[key] = self._quiet.get(key, 0) + 1
+                return
+            quiet, self._quiet[key], self._last[key] = self._quiet.get(key, 0), 0, now
+        since = (
+            f" ({quiet} more refused like it in the last {now - last:.0f} s)"
+            if quiet and last is not None
+            else ""
+        )
+        reason = ascii(str(err))[1:-1][:500]  # one line: a pod's values are free text
+        self.logger.warning(
+            "extender refused POST %s (%d) for pod %s: %s%s", route, code, pod, reason, since
+        )
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     status_of: list[tuple[type[Exception], int]] = [
         (DataError, 422),
@@ -767,8 +843,16 @@ def _install_error_handlers(app: FastAPI) -> None:
     db_failures = RequestFailureLog(log)  # an outage: a few lines a minute, not per request
     app.state.db_failures = db_failures  # AuthMiddleware's session lookup logs through it too
 
-    async def fleetmind_error(_request: Request, exc: Exception) -> JSONResponse:
+    refusals = ExtenderRefusalLog(log)  # kube-scheduler shows only the status of a refusal
+
+    async def fleetmind_error(request: Request, exc: Exception) -> JSONResponse:
         code = next(c for t, c in status_of if isinstance(exc, t))
+        if request.url.path.startswith(EXTENDER_PREFIX):
+            try:
+                body = await request.body()  # read by the route already: Starlette keeps it
+            except Exception:  # noqa: BLE001 - the client went away: no pod key to give
+                body = b""
+            refusals.refused(request.url.path, code, exc, _pod_key(body))
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
     async def db_error(request: Request, exc: Exception) -> JSONResponse:

@@ -351,6 +351,21 @@ class PodRequest:
         )
 
 
+def _named(field: str, i: int, c: Any) -> str:
+    """A container as a reason names it: ``containers[0] ("trainer")`` (index alone without a
+    name)."""
+    name = c.get("name") if isinstance(c, dict) else None
+    if not isinstance(name, str) or not name:
+        return f"{field}[{i}]"
+    return f'{field}[{i}] ("{ascii(name)[1:-1][:63]}")'
+
+
+def _given(ann: dict[str, Any]) -> str:
+    """The GPU-sharing annotations the pod sets, as a reason quotes them (never a default FleetMind
+    filled in): ``alibabacloud.com/gpu-milli 'half'``, both joined with ``and``."""
+    return " and ".join(f"{k} {_shown(ann[k])}" for k in (ANN_GPU_COUNT, ANN_GPU_MILLI) if k in ann)
+
+
 def _container_requests(c: Any, where: str) -> dict[str, float]:
     """One container's requests (``requests``, else ``limits``) of the resources read, bounded."""
     if not isinstance(c, dict):
@@ -395,12 +410,12 @@ def effective_requests(spec: dict[str, Any]) -> dict[str, float]:
         raise DataError("Pod.spec.containers and initContainers must be lists")
     total: dict[str, float] = defaultdict(float)
     for i, c in enumerate(containers):
-        for k, v in _container_requests(c, f"containers[{i}]").items():
+        for k, v in _container_requests(c, _named("containers", i, c)).items():
             total[k] += v
     sidecars: dict[str, float] = defaultdict(float)
     init_peak: dict[str, float] = defaultdict(float)
     for i, c in enumerate(inits):
-        own = _container_requests(c, f"initContainers[{i}]")
+        own = _container_requests(c, _named("initContainers", i, c))
         if isinstance(c, dict) and c.get("restartPolicy") == "Always":  # a sidecar
             for k, v in own.items():
                 total[k] += v
@@ -505,7 +520,7 @@ def _shared_gpus(
     if count < 0 or not 0 <= milli <= 1000:
         raise PodUnsupported(
             f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
-            f"{milli} and {count}"
+            f"{_given(ann)}"
         )
     if count == 0 and milli > 0 and ANN_GPU_MILLI in ann:
         raise PodUnsupported(
@@ -565,7 +580,7 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
             if not ints:
                 raise PodUnsupported(  # free text to the API server: kube-scheduler sends such pods
                     f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
-                    f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
+                    f"(ASCII digits), got {_given(ann)}"
                 )
             num_gpu, gpu_milli, device_gpus = _shared_gpus(int(count), int(milli), gpus, ann)
         elif ints and (int(count) == 0 or int(milli) == 0):
@@ -764,8 +779,11 @@ def _model_reason(node: NodeState, req: PodRequest) -> tuple[str, str]:
         else "no GPU with MIG disabled here"  # a mixed MIG node whose instances have no reading
     )
     if req.models_ignored:
-        n = req.models_ignored
-        reason += f" ({n} model{'s' if n != 1 else ''} beyond {MAX_MODEL_CHARS} characters ignored)"
+        total = len(req.gpu_models) + req.models_ignored
+        reason += (
+            f" (only {len(req.gpu_models)} of {total} models read: the list is cut at "
+            f"{MAX_MODEL_CHARS} characters)"
+        )
     return reason, f"GPU model {models}"
 
 
@@ -1060,7 +1078,7 @@ def decide(
         names, _ = candidate_names(args)
         # The pod as far as it was read: only its key is used (nothing passes, nothing is held).
         unread = PodRequest(err.key or "", None, 0, 0, 0, 0)
-        return unread, Decision(names, unresolvable=dict.fromkeys(names, str(err)))
+        return unread, Decision(names, unresolvable=dict.fromkeys(names, REASON_PREFIX + str(err)))
     names, _ = candidate_names(args)
     if req.resource_claims and not req.num_gpu:
         # devices asked through DRA: their count is in the ResourceClaim, not sent here

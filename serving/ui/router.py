@@ -47,8 +47,15 @@ from fleetmind.serving.feedback import (
     record_feedback,
 )
 from fleetmind.serving.health import telemetry_cluster_alias
+from fleetmind.serving.incidents.manager import explained_nodes
 from fleetmind.serving.incidents.store import MERGE_STEPS
-from fleetmind.serving.notify import CLOSED, confidence_words, delivery_outcome, held_severity
+from fleetmind.serving.notify import (
+    CLOSED,
+    confidence_words,
+    delivery_outcome,
+    explained_by,
+    held_severity,
+)
 from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
@@ -851,6 +858,18 @@ def where(node: str | None, with_cluster: bool = False) -> str:
     return node if with_cluster else parts[-1]
 
 
+def explained_alerting(graph: Any, cause: dict[str, Any], alerting: set[str]) -> set[str]:
+    """The nodes of ``alerting`` that stored cause ``cause`` (``{"node": id, ...}``) explains: a
+    fault of it reaches them along dependencies on ``graph``
+    (:func:`~fleetmind.serving.incidents.manager.explained_nodes`, the rule the notifier judges
+    by), with those the incident's ranking stored for its top cause
+    (:func:`~fleetmind.serving.notify.explained_by`, which also follows the pod-to-GPU edges its
+    alerts named). A pod does not explain its GPU's XID, nor a GPU another GPU of its host."""
+    node = str(cause.get("node"))
+    reached = set(explained_nodes(graph, node, alerting, limit=len(alerting) + 1))
+    return (reached | explained_by(cause)) & set(alerting) - {node}
+
+
 def _cause_graphs(
     graph: Any, stored: list[dict[str, Any]], firing_nodes: set[str]
 ) -> list[dict[str, Any]]:
@@ -861,15 +880,15 @@ def _cause_graphs(
     for rank, c in enumerate(stored, start=1):
         path = list(c.get("path") or [c["node"]])
         title = (
-            f"Propagation of cause {rank} ({isolate(c['node'])}) to the incident's alerting nodes"
+            f"Propagation of cause {rank} ({isolate(c['node'])}) to the alerting nodes it explains"
         )
-        depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
+        explained = explained_alerting(graph, c, firing_nodes)  # along dependencies only
+        depth, edges = propagation_tree(graph, c["node"], explained, path)
         arrow = f"arrow-{rank}"  # one drawing per cause: a marker id of its own in the page
         if depth:
             kinds = {n: graph.node(n).kind for n in depth}
-            svg = tree_svg(
-                depth, edges, kinds, firing_nodes, highlight=path, title=title, marker_id=arrow
-            )
+            others = sorted(firing_nodes - explained - {c["node"]})
+            svg = tree_svg(depth, edges, kinds, explained, path, title, arrow, unexplained=others)
         else:  # the cause is not in the served graph (replaced since): its stored path alone
             kinds = {n: graph.node(n).kind for n in path if n in graph.index}
             kinds.setdefault(c["node"], c.get("kind") or "?")

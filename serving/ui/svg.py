@@ -1,8 +1,10 @@
 """Server-side SVG: each cause's propagation graph, and an incident's alert timeline.
 
 No layout library and no JavaScript. A cause's graph is the shortest-path tree from the cause to
-the incident's alerting nodes (:func:`propagation_tree`), drawn in layers, one column per hop
-(:func:`tree_svg`), with the ranker's own path (laid down first, hop by hop as given) in bold.
+the incident's alerting nodes it explains (:func:`fleetmind.serving.ui.router.explained_alerting`: those a fault of it reaches
+along dependencies, the notifier's rule), drawn in layers, one column per hop (:func:`tree_svg`),
+with the ranker's own path (laid down first, hop by hop as given) in bold; the alerting nodes it
+does not explain are listed under the drawing.
 When the cause is not in the served graph (it was replaced since), the stored path alone is drawn
 as a chain (:func:`path_svg`). Every box is sized from its label; output is SVG text with labels
 escaped, scaled by ``viewBox``.
@@ -45,7 +47,7 @@ _GAP_X = 64
 _GAP_Y = 40
 _PAD = 12
 _MAX_LABEL = 40
-_CUT_NOTE_H = 24  # px under a cut tree for its note
+_CUT_NOTE_H = 24  # px under a tree for each line of note (cut walk, nodes not explained)
 _Adjacency = dict[str, list[tuple[str, str]]]
 MIN_FONT_PX = 10.0
 """The smallest text a drawing may show on screen, in CSS px (the operators' guide promises it)."""
@@ -464,6 +466,22 @@ def propagation_tree(
     return kept, edges
 
 
+MAX_UNEXPLAINED_LISTED = 8
+"""Most alerting nodes a cause does not explain that :func:`tree_svg` names under its drawing
+(then how many more)."""
+
+
+def _unexplained_note(unexplained: Sequence[str]) -> str:
+    """The line under a drawing naming the alerting nodes its cause does not explain."""
+    if not unexplained:
+        return ""
+    names = sorted(unexplained)
+    shown = ", ".join(isolate(n) for n in names[:MAX_UNEXPLAINED_LISTED])
+    more = len(names) - MAX_UNEXPLAINED_LISTED
+    tail = f" and {more:,} more" if more > 0 else ""
+    return f"Not explained by this cause (no dependency path from it): {shown}{tail}"
+
+
 def tree_svg(
     depth: Mapping[str, int],
     edges: Sequence[tuple[str, str, str]],
@@ -472,14 +490,17 @@ def tree_svg(
     highlight: Sequence[str] = (),
     title: str = "",
     marker_id: str = "arrow",
+    unexplained: Sequence[str] = (),
 ) -> str:
     """A layered drawing of :func:`propagation_tree`: one column per hop, the cause on the left.
 
     Rows in a column follow their parents' rows (fewer crossings); the edges of ``highlight`` (the
     ranker's path) are drawn bold; alerting nodes get a red outline and dot. A walk that was cut
-    (``depth.cut``, see :class:`TreeDepths`) gets a line under the drawing saying so.
-    ``marker_id`` is the id of its arrowhead ``<marker>`` (unique in the page, as in
-    :func:`path_svg`).
+    (``depth.cut``, see :class:`TreeDepths`) gets a line under the drawing saying so, and the
+    alerting nodes the cause does not explain (``unexplained``, :func:`fleetmind.serving.ui.router.explained_alerting`) a
+    line naming them (at most :data:`MAX_UNEXPLAINED_LISTED`; the caller leaves them out of
+    ``alerting``, so one drawn on the ranker's path has no red outline). ``marker_id`` is the id of its arrowhead ``<marker>`` (unique in the
+    page, as in :func:`path_svg`).
     """
     if not depth:
         return ""
@@ -514,12 +535,18 @@ def tree_svg(
             w = widths[n]
             pos[n] = (xs[li] + (col_w[li] - w) / 2, top + i * row_h, w)
     width = xs[-1] + col_w[-1] + _PAD
-    note = ""
+    notes: list[tuple[str, str]] = []  # (class, text): lines under the drawing
     if isinstance(depth, TreeDepths) and depth.cut:
-        note = (
-            f"Cut: the walk stopped after {depth.visited:,} nodes; alerting nodes farther "
-            "from the cause may be missing"
+        notes.append(
+            (
+                "cut",
+                f"Cut: the walk stopped after {depth.visited:,} nodes; alerting nodes farther "
+                "from the cause may be missing",
+            )
         )
+    if unexplained:
+        notes.append(("unexplained", _unexplained_note(unexplained)))
+    for _, note in notes:
         width = max(width, 2 * _PAD + text_width(note, SMALL_FONT_PX))
         height += _CUT_NOTE_H
     bold = set(zip(highlight, highlight[1:], strict=False))
@@ -544,9 +571,10 @@ def tree_svg(
         )
     for n, (x, y, w) in pos.items():
         out.append(_box(n, kinds.get(n, "?"), x, y, w, n == root, n in alerting))
-    if note:
+    for i, (cls, note) in enumerate(notes):
+        y = height - _PAD - (len(notes) - 1 - i) * _CUT_NOTE_H
         out.append(
-            f'<text class="cut" x="{_PAD}" y="{height - _PAD:.1f}" font-size="{SMALL_FONT_PX:g}" '
+            f'<text class="{cls}" x="{_PAD}" y="{y:.1f}" font-size="{SMALL_FONT_PX:g}" '
             f'fill="#64748b">{escape(note)}</text>'
         )
     out.append("</svg>")
