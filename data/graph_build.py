@@ -13,10 +13,10 @@ labels Prometheus rules carry):
 | Kubernetes | node | edges |
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
-| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
+| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``, or the model of GKE's :data:`GKE_ACCELERATOR_LABEL`: :func:`_gpu_model`), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
-| the interconnect of the GPU model's template (every other GPU host whose ``gpu_model`` and GPU count have one, :func:`fleetmind.data.fleet_io.known_telemetry_template`; not MIG nodes, nor SXM / board GPUs at a count other than their board's, :func:`fleetmind.data.fleet_io.names_board_part`; with ``template_links=True``, ``fleetmind graph build --template-links``) | ``<c>/link/<node>/nvl-<i>-<j>`` per NVLink-connected pair, or ``<c>/link/<node>/pcie-sw<k>`` per shared PCIe switch ``link`` (match ``cluster``, ``node``, ``link``; attrs ``level``, ``bandwidth_gbps``: the link nodes of the RCA training graphs, :func:`fleetmind.data.topology.template_links`) | ``attached_to`` each GPU it joins |
+| the interconnect of the GPU model's template (every other GPU host whose ``gpu_model`` and GPU count have one, :func:`fleetmind.data.fleet_io.known_telemetry_template`; one :class:`GraphBuildWarning` names the GPU hosts with no ``gpu_model``; not MIG nodes, nor SXM / board GPUs at a count other than their board's, :func:`fleetmind.data.fleet_io.names_board_part`; with ``template_links=True``, ``fleetmind graph build --template-links``) | ``<c>/link/<node>/nvl-<i>-<j>`` per NVLink-connected pair, or ``<c>/link/<node>/pcie-sw<k>`` per shared PCIe switch ``link`` (match ``cluster``, ``node``, ``link``; attrs ``level``, ``bandwidth_gbps``: the link nodes of the RCA training graphs, :func:`fleetmind.data.topology.template_links`) | ``attached_to`` each GPU it joins |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts), ``addresses`` (its IPs, :func:`_pod_addresses`, which tell a prober's target ``instance`` from its own) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
@@ -90,6 +91,49 @@ GKE_SHARED_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 """GKE's node label of MIG: the profile every GPU of the node is cut into (allocatable
 ``nvidia.com/gpu`` counts the instances)."""
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+"""GKE's node label of the GPU type of a GPU node pool (the ``--accelerator type=`` of
+``gcloud container node-pools create``). GKE runs no GPU feature discovery by default, so its
+nodes carry no ``nvidia.com/gpu.product``; :data:`GKE_ACCELERATOR_MODELS` names the model."""
+GKE_ACCELERATOR_MODELS: dict[str, str] = {
+    "nvidia-b200": "NVIDIA-B200",
+    "nvidia-h200-141gb": "NVIDIA-H200",
+    "nvidia-h100-mega-80gb": "NVIDIA-H100-80GB-HBM3",
+    "nvidia-h100-80gb": "NVIDIA-H100-80GB-HBM3",
+    "nvidia-a100-80gb": "NVIDIA-A100-SXM4-80GB",
+    "nvidia-tesla-a100": "NVIDIA-A100-SXM4-40GB",
+    "nvidia-l4": "NVIDIA-L4",
+    "nvidia-tesla-t4": "Tesla-T4",
+}
+"""GPU model, spelled as GPU feature discovery's ``nvidia.com/gpu.product`` would (NVML's name,
+dashes for spaces), per :data:`GKE_ACCELERATOR_LABEL` value, for a node without that label. The
+values and their machine series are GKE's "Run GPUs in GKE Standard node pools"
+(https://cloud.google.com/kubernetes-engine/docs/how-to/gpus): ``nvidia-b200`` A4 (HGX B200),
+``nvidia-h200-141gb`` A3 Ultra (HGX H200), ``nvidia-h100-80gb`` A3 High and
+``nvidia-h100-mega-80gb`` A3 Mega (both the H100 SXM5 80 GB HBM3 board), ``nvidia-tesla-a100`` A2
+Standard (A100 SXM4 40 GB) and ``nvidia-a100-80gb`` A2 Ultra (A100 SXM4 80 GB), ``nvidia-l4`` G2,
+``nvidia-tesla-t4``. Other values (``nvidia-rtx-pro-6000``, ``nvidia-tesla-v100``...) name no
+model: no built-in template describes them, or their form factor is not documented there."""
+OTHER_DEVICE_PATTERN = (
+    "amd_com_.+|habana_ai_.+|google_com_tpu|gpu_intel_com_.+|aws_amazon_com_neuron.*"
+)
+"""Extended resources of accelerators FleetMind does not model, as kube-state-metrics names them
+(each character of the resource name that is not a letter, digit or ``_`` becomes ``_``,
+``SanitizeLabelName`` in ``internal/store/node.go`` of kubernetes/kube-state-metrics), as a
+regular expression matched whole (PromQL's RE2 and Python's ``re`` read it alike): AMD's
+GPUs (``amd.com/gpu``, and the partitions of its device plugin's ``mixed`` naming such as
+``amd.com/cpx_nps4``), Intel Gaudi (``habana.ai/gaudi``), Google TPUs (``google.com/tpu``),
+Intel GPUs (``gpu.intel.com/i915``, ``gpu.intel.com/xe``) and AWS Neuron
+(``aws.amazon.com/neuron``, ``aws.amazon.com/neuroncore``). Not every resource of other vendors
+(SR-IOV NICs under ``intel.com/``), and no NVIDIA resource (those are GPUs FleetMind reads)."""
+
+
+def is_other_device(resource: str) -> bool:
+    """Whether ``resource`` (a Kubernetes resource name, ``amd.com/gpu``, or kube-state-metrics'
+    ``amd_com_gpu``) is an accelerator FleetMind does not model (:data:`OTHER_DEVICE_PATTERN`)."""
+    return bool(re.fullmatch(OTHER_DEVICE_PATTERN, re.sub(r"[^a-zA-Z0-9_]", "_", resource)))
+
+
 MAX_NODE_GPUS = 64
 """Most physical GPUs one Kubernetes node may report (see :func:`_gpu_count`): the scheduler
 extender's per-pod bound
@@ -152,7 +196,8 @@ class SpanCalls(list[tuple[SpanService, SpanService]]):
 class GraphBuildWarning(UserWarning):
     """Something the build left out of the graph (an ambiguous trace service name, NVLinks of a
     node name that is no Node of the cluster, the GPUs of a node whose GPU count cannot be made
-    out: :func:`_gpu_count`). The CLI prints it as ``fleetmind: warning: ...``."""
+    out: :func:`_gpu_count`, template links of GPU hosts of no known model, accelerators other
+    than NVIDIA GPUs). The CLI prints it as ``fleetmind: warning: ...``."""
 
 
 def _items(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -506,14 +551,13 @@ def _add_hosts(
     when ``template_links``); return GPUs per node name."""
     gpus_of: dict[str, int] = {}
     links_of: dict[tuple[str, int], tuple[tuple[str, tuple[int, ...], str, float], ...]] = {}
+    no_model: list[tuple[str, Any]] = []  # (GPU host, its GKE accelerator) without a GPU model
     for n in node_items:
         nm = str(_meta(n).get("name") or "")
         if not nm:
             continue
         labels = _labels(n)
-        product = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
-        model, mig, _ = product.partition(MIG_SUFFIX)
-        model = model or labels.get("alibabacloud.com/gpu-card-model")
+        model, mig = _gpu_model(labels)
         # a MIG instance's framebuffer under the single strategy, not the GPU's
         whole_gpu = not mig and not labels.get(GKE_PARTITION_LABEL)
         memory = _int_or_none(labels.get(GPU_MEMORY_LABEL)) if whole_gpu else None
@@ -528,6 +572,8 @@ def _add_hosts(
             g = b.node(f"{c}/gpu/{nm}/{i}", "gpu", c, {"cluster": c, "node": nm, "gpu": str(i)},
                        model=model, memory_mib=memory or None)  # fmt: skip
             b.edge(g, host, "attached_to")
+        if template_links and whole_gpu and nm not in nvlinks and k and not model:
+            no_model.append((nm, labels.get(GKE_ACCELERATOR_LABEL)))
         if template_links and whole_gpu and nm not in nvlinks and model:
             if (str(model), k) not in links_of:
                 links_of[(str(model), k)] = _template_links(str(model), k)
@@ -539,6 +585,9 @@ def _add_hosts(
             for i in linked:
                 if i < k:
                     b.edge(link, f"{c}/gpu/{nm}/{i}", "attached_to")
+    if no_model:
+        _warn_no_model(no_model)
+    _warn_other_accelerators(node_items)
     for nm in sorted(set(nvlinks) - set(gpus_of)):
         warnings.warn(
             f"NVLinks of node {_short(nm)} left out: no Node of the cluster has that name (the "
@@ -548,6 +597,61 @@ def _add_hosts(
             stacklevel=3,
         )
     return gpus_of
+
+
+def _gpu_model(labels: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """``(GPU model, whether the product names a MIG profile)`` of a node's labels: GPU feature
+    discovery's ``nvidia.com/gpu.product`` without its :data:`SHARED_SUFFIX` and
+    ``-MIG-<profile>``, else ``alibabacloud.com/gpu-card-model``, else the model of GKE's
+    :data:`GKE_ACCELERATOR_LABEL` (:data:`GKE_ACCELERATOR_MODELS`); None when none names one."""
+    product = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
+    model, mig, _ = product.partition(MIG_SUFFIX)
+    gke = GKE_ACCELERATOR_MODELS.get(str(labels.get(GKE_ACCELERATOR_LABEL) or ""))
+    found = model or labels.get("alibabacloud.com/gpu-card-model") or gke
+    return (str(found) if found else None), bool(mig)
+
+
+def _warn_no_model(hosts: list[tuple[str, Any]]) -> None:
+    """One :class:`GraphBuildWarning` naming the GPU hosts (``(node name, its GKE accelerator
+    label or None)``) that ``template_links`` gave no link nodes because no label names their GPU
+    model (:func:`_gpu_model`)."""
+    shown = ", ".join(
+        _short(nm, 60) + (f" ({GKE_ACCELERATOR_LABEL}={_short(str(gke), 40)})" if gke else "")
+        for nm, gke in hosts[:3]
+    ) + (", ..." if len(hosts) > 3 else "")
+    warnings.warn(
+        f"template links of {len(hosts)} GPU host(s) not added ({shown}): no GPU model, node "
+        "label nvidia.com/gpu.product absent (written by NVIDIA GPU feature discovery, which the "
+        "GPU Operator runs; managed clusters run none by default) and no "
+        f"{GKE_ACCELERATOR_LABEL} value FleetMind knows ({', '.join(GKE_ACCELERATOR_MODELS)})",
+        GraphBuildWarning,
+        stacklevel=4,
+    )
+
+
+def _warn_other_accelerators(node_items: list[dict[str, Any]]) -> None:
+    """One :class:`GraphBuildWarning` naming the nodes that advertise a positive capacity (else
+    allocatable) of an accelerator other than NVIDIA GPUs (:func:`is_other_device`): the graph
+    has no nodes for those devices."""
+    found: list[str] = []
+    for n in node_items:
+        status = _obj(n.get("status"))
+        res: dict[str, int] = {}
+        for field in ("allocatable", "capacity"):  # capacity wins: it counts unhealthy devices
+            for r, v in _obj(status.get(field)).items():
+                if is_other_device(str(r)) and (_int_or_none(v) or 0) > 0:
+                    res[str(r)] = _int_or_none(v) or 0
+        if res:
+            what = ", ".join(f"{r} x{q}" for r, q in sorted(res.items()))
+            found.append(f"{_short(str(_meta(n).get('name') or ''), 60)} ({what})")
+    if found:
+        shown = "; ".join(found[:3]) + ("; ..." if len(found) > 3 else "")
+        warnings.warn(
+            f"accelerators of {len(found)} node(s) not modelled: FleetMind models NVIDIA GPUs "
+            f"only ({shown}); their hosts are in the graph without GPU nodes",
+            GraphBuildWarning,
+            stacklevel=4,
+        )
 
 
 def _template_links(model: str, n_gpus: int) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:

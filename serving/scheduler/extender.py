@@ -92,6 +92,14 @@ candidate passes, every score is 0 (no pull anywhere), nothing is held, and its 
 to kube-scheduler's DynamicResources plugin (:func:`decide`). A pod with claims that also asks
 for ``nvidia.com/gpu`` is placed by that request, as before.
 
+Accelerators of other vendors (``amd.com/gpu``, ``habana.ai/gaudi``, ``google.com/tpu``,
+``gpu.intel.com/*``, ``aws.amazon.com/neuron*``:
+:func:`~fleetmind.data.graph_build.is_other_device`) are not modelled: a pod asking for
+them and no GPU read above passes every node with score 0 and no hold, as a pod with claims
+(:attr:`PodRequest.other_devices`), and kube-scheduler's NodeResourcesFit places the devices. A
+node where telemetry or the request's ``Nodes`` show such devices allocatable is an accelerator
+node: CPU-only pods prefer nodes without GPUs or such devices (:func:`with_node_devices`).
+
 Without GPU telemetry to decide on (no GPU in the snapshot, or none of the candidate nodes in it),
 a GPU pod gets 503 (:func:`decide`): kube-scheduler then skips the extender when it is
 ``ignorable`` (``findNodesThatPassExtenders`` in ``pkg/scheduler/schedule_one.go`` skips an
@@ -113,6 +121,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.data.graph_build import is_other_device
 from fleetmind.serving.scheduler.placement import (
     GPU_CAUSES,
     Option,
@@ -326,6 +335,12 @@ class PodRequest:
     """Entries of ``spec.resourceClaims``: devices asked through Dynamic Resource Allocation
     (``resource.k8s.io/v1``), which FleetMind does not count (:func:`claim_names`). A pod with
     claims and no GPU counted above is left to kube-scheduler (:func:`decide`)."""
+    other_devices: tuple[str, ...] = ()
+    """Accelerators of other vendors the pod's containers ask for, above 0 (``amd.com/gpu``,
+    ``habana.ai/gaudi``, ``google.com/tpu``, ``gpu.intel.com/*``:
+    :func:`~fleetmind.data.graph_build.is_other_device`), sorted: devices FleetMind does not
+    model. A pod asking for some and no GPU counted above is left to kube-scheduler
+    (:func:`decide`)."""
 
     def need(self, replicas: int = 1) -> int:
         """Milli-GPU the pod takes of each GPU it gets on a node with ``replicas`` time-slicing
@@ -476,7 +491,40 @@ def pod_request(pod: Any) -> PodRequest:
     except PodRefused as err:
         err.key = key
         raise
-    return dataclasses.replace(req, resource_claims=claims) if claims else req
+    devices = other_device_requests(spec)  # the containers are checked by now
+    if claims or devices:
+        req = dataclasses.replace(req, resource_claims=claims, other_devices=devices)
+    return req
+
+
+def other_device_requests(spec: dict[str, Any]) -> tuple[str, ...]:
+    """The accelerators of other vendors (:func:`~fleetmind.data.graph_build.is_other_device`:
+    ``amd.com/gpu``, ``habana.ai/gaudi``, ``google.com/tpu``, ``gpu.intel.com/i915``, ...) that
+    any container or init container of the pod asks for (``resources.requests``, else ``limits``:
+    an extended resource may be given in ``limits`` alone), above 0, sorted; ``()`` for none.
+    Kubernetes resource names as the pod writes them.
+
+    Raises:
+        DataError: malformed containers, or a quantity of such a resource that is not one.
+    """
+    found: set[str] = set()
+    for field_name in ("containers", "initContainers"):
+        containers = spec.get(field_name) or []
+        if not isinstance(containers, list):
+            raise DataError(f"Pod.spec.{field_name} must be a list")
+        for i, c in enumerate(containers):
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue  # effective_requests refuses what is malformed
+            req, lim = res.get("requests") or {}, res.get("limits") or {}
+            if not isinstance(req, dict) or not isinstance(lim, dict):
+                continue
+            for name in {*req, *lim}:
+                v = req.get(name, lim.get(name))
+                if isinstance(name, str) and v is not None and is_other_device(name):
+                    if parse_quantity(v, f"{field_name}[{i}] {_shown(name)}") > 0:
+                        found.add(name)
+    return tuple(sorted(found))
 
 
 def claim_names(spec: dict[str, Any]) -> list[str]:
@@ -915,18 +963,29 @@ class NodeIndex:
         """Keys of the pods with Dynamic Resource Allocation claims already logged
         (:meth:`warn_claims`), oldest first, at most :data:`MAX_CLAIM_PODS_LOGGED`."""
         self.claim_pods_seen = 0
-        """Pods with claims and no GPU FleetMind counts, each key counted once (while remembered)."""
+        """Pods with claims or other vendors' accelerators (:attr:`PodRequest.other_devices`) and
+        no GPU FleetMind counts, each key counted once (while remembered)."""
 
     def warn_claims(self, req: PodRequest) -> None:
         """Log one WARNING per pod key (not per call) that a pod asks for devices through Dynamic
-        Resource Allocation, which FleetMind does not read, and count it in
-        :attr:`claim_pods_seen`."""
+        Resource Allocation, which FleetMind does not read, or for accelerators of other vendors,
+        which it does not model, and count it in :attr:`claim_pods_seen`."""
         if req.key in self.claim_pods:
             return
         if len(self.claim_pods) >= MAX_CLAIM_PODS_LOGGED:
             del self.claim_pods[next(iter(self.claim_pods))]
         self.claim_pods[req.key] = None
         self.claim_pods_seen += 1
+        if not req.resource_claims:
+            log.warning(
+                "kube-scheduler extender: pod %s asks for %s, accelerators FleetMind does not "
+                "model: every node passes, all score 0, nothing is held; kube-scheduler's "
+                "NodeResourcesFit places the devices (logged once per pod; %d such pod(s) so far)",
+                req.key,
+                ", ".join(req.other_devices),
+                self.claim_pods_seen,
+            )
+            return
         log.warning(
             "kube-scheduler extender: pod %s asks for devices through Dynamic Resource Allocation "
             "(%d spec.resourceClaims), which FleetMind does not read: every node passes, all "
@@ -1061,7 +1120,8 @@ def decide(
     Dynamic Resource Allocation claims (``spec.resourceClaims``) and no GPU request FleetMind
     counts passes every node, all scoring 0, and gets no hold: the claims' devices are in
     ResourceClaims kube-scheduler does not send, and its DynamicResources plugin decides where
-    they fit (one warning per pod: :meth:`NodeIndex.warn_claims`).
+    they fit (one warning per pod: :meth:`NodeIndex.warn_claims`). So does a pod asking for
+    accelerators of other vendors (:attr:`PodRequest.other_devices`) and no GPU FleetMind counts.
 
     Raises:
         DataError: ``args`` is not ``ExtenderArgs`` (or its pod is malformed).
@@ -1079,12 +1139,14 @@ def decide(
         # The pod as far as it was read: only its key is used (nothing passes, nothing is held).
         unread = PodRequest(err.key or "", None, 0, 0, 0, 0)
         return unread, Decision(names, unresolvable=dict.fromkeys(names, REASON_PREFIX + str(err)))
-    names, _ = candidate_names(args)
-    if req.resource_claims and not req.num_gpu:
-        # devices asked through DRA: their count is in the ResourceClaim, not sent here
+    names, objs = candidate_names(args)
+    if (req.resource_claims or req.other_devices) and not req.num_gpu:
+        # devices asked through DRA (their count is in the ResourceClaim, not sent here) or
+        # accelerators of other vendors (not modelled): kube-scheduler places them
         index.warn_claims(req)
         return req, Decision(names, passthrough=list(names))
     known = index.lookup(snapshot, names)
+    kinds = with_node_devices(known, objs)  # accelerator nodes (other vendors' too)
     if req.num_gpu and names:
         _require_gpu_telemetry(snapshot, names, known, index)
     if callable(reservations):
@@ -1092,7 +1154,7 @@ def decide(
     d = Decision(
         names,
         cpu_only=not req.num_gpu,
-        gpu_nodes=frozenset(n for n, node in known.items() if node.gpus),
+        gpu_nodes=frozenset(n for n, node in kinds.items() if node.accelerator_node),
     )
     cands: list[NodeState] = []
     for name in names:
@@ -1115,13 +1177,44 @@ def decide(
     snapshot, cands = kube_scheduler_fit(snapshot, req, cands)
     d.options = _place(snapshot, req, d, cands, reservations, placer, index.cluster)
     if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
-        d.options = cpu_nodes_first(d.options, known.values())
+        d.options = cpu_nodes_first(d.options, kinds.values())
     chosen = {o.node for o in d.options}
     for node in cands:
         if node.name not in chosen:
             reason, final = _why_not(node, req, reservations)
             (d.unresolvable if final else d.failed)[node.name] = reason
     return req, d
+
+
+def with_node_devices(
+    known: dict[str, NodeState], objs: dict[str, Any] | None
+) -> dict[str, NodeState]:
+    """``known`` (telemetry's nodes by name) with each node's
+    :attr:`~fleetmind.serving.telemetry.base.NodeState.other_devices` completed from its
+    ``v1.Node``'s ``status.allocatable``, where kube-scheduler sent ``Nodes``
+    (``nodeCacheCapable: false``; ``objs``: :func:`candidate_names`): an AMD, Gaudi or TPU node
+    is an accelerator node even where telemetry has no kube-state-metrics series of it. For
+    telling CPU nodes from accelerator nodes only (the nodes placed on stay telemetry's); a
+    quantity that is not one counts as none."""
+    if not objs:
+        return known
+    out = dict(known)
+    for name, node in known.items():
+        status = get_ci(objs.get(name), "status")
+        alloc = get_ci(status, "allocatable")
+        if not isinstance(alloc, dict):
+            continue
+        found: set[str] = set()
+        for res, qty in alloc.items():
+            if isinstance(res, str) and is_other_device(res):
+                try:
+                    if parse_quantity(qty) > 0:
+                        found.add(profile_key(res))  # kube-state-metrics' name: amd_com_gpu
+                except DataError:
+                    continue
+        if found - node.other_devices:
+            out[name] = dataclasses.replace(node, other_devices=node.other_devices | found)
+    return out
 
 
 def kube_scheduler_fit(

@@ -755,13 +755,15 @@ def cpu_nodes_first(options: Sequence[Option], nodes: Iterable[NodeState]) -> li
     """``options`` of a CPU-only job (``num_gpu`` 0) with those on nodes without GPUs first, each
     kind in its given order (a stable sort): a CPU-only job should not take a GPU node's CPU and
     memory while a node without GPUs has room. ``nodes``: the nodes the options name (a node is a
-    GPU node when telemetry shows it any GPU, healthy or not).
+    GPU node when telemetry shows it any GPU, healthy or not, or accelerators of another vendor:
+    :attr:`~fleetmind.serving.telemetry.base.NodeState.accelerator_node`; an AMD, Gaudi or TPU
+    node is no CPU node for being without NVIDIA GPUs).
 
     The one rule for both ways in: ``POST /api/v1/placements`` (:class:`BestFitPlacer`,
     :class:`PeerPolicyPlacer`) and the scheduler extender
     (:func:`fleetmind.serving.scheduler.extender.decide`), so that both put the job on the same
     node."""
-    gpu = {(x.cluster, x.name) for x in nodes if x.gpus}
+    gpu = {(x.cluster, x.name) for x in nodes if x.accelerator_node}
     return sorted(options, key=lambda o: (o.cluster, o.node) in gpu)
 
 

@@ -104,6 +104,23 @@ class NodeState:
     ``kube_node_status_condition{condition="Ready"}``): ``"false"`` (the kubelet reports the node
     unhealthy) or ``"unknown"`` (the kubelet stopped posting status); ``None`` when the node is
     Ready or the source cannot tell (no kube-state-metrics: NVML, the simulator)."""
+    device_plugin: str = ""
+    """The GPU Operator's node label ``nvidia.com/gpu.deploy.device-plugin`` where
+    kube-state-metrics exports it (``paused-for-mig-change`` while its MIG manager reconfigures
+    the node's GPUs, :func:`fleetmind.serving.health.snapshot_signals`); ``""`` where not known."""
+    other_devices: frozenset[str] = frozenset()
+    """Accelerator resources of other vendors allocatable on this node (above 0), as
+    kube-state-metrics names them (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``:
+    :func:`fleetmind.data.graph_build.is_other_device`). FleetMind does not model these devices, but a node that has them is
+    an accelerator node, which CPU-only pods avoid as they avoid GPU nodes
+    (:func:`fleetmind.serving.scheduler.placement.cpu_nodes_first`). Empty where there are none or
+    the source cannot tell (NVML, the simulator)."""
+
+    @property
+    def accelerator_node(self) -> bool:
+        """Whether the node has accelerators: GPUs in telemetry (healthy or not) or
+        :attr:`other_devices`."""
+        return bool(self.gpus or self.other_devices)
 
     @property
     def schedulable(self) -> bool:

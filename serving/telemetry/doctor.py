@@ -423,8 +423,9 @@ def _missing_gpus(snap: Any) -> list[Finding]:
             f"{len(short)} node(s) report fewer GPUs than kube-state-metrics counts "
             f"(nvidia.com/gpu capacity): {', '.join(short[:5])}; the others are shown unhealthy "
             "(fallen off the bus, exporter down, or their series name another node: see layout). "
-            "Time-sliced nodes: export the replicas label "
-            "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas])",
+            "Time-sliced or MPS nodes: export the replicas label (kube-state-metrics "
+            "--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas,"
+            "cloud.google.com/gke-max-shared-clients-per-gpu], the second on GKE)",
         )
     ]
 

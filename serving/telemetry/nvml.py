@@ -10,7 +10,8 @@ kube-scheduler uses.
 
 A GPU with MIG enabled is reported as its MIG instances, as the ``prometheus`` source reports
 dcgm-exporter's (``index = 100 * (gpu + 1) + GPU instance id``, ``mig_parent``, model
-``"<model> MIG <profile>"``), each read through its MIG device handle; never as one whole idle GPU.
+``"<model> MIG <profile>"``), each read through its MIG device handle; never as one whole idle GPU,
+nor is a GPU whose MIG mode is pending enabled (no instance until its reset).
 A GPU that answers ``NVMLError_NotSupported`` for its framebuffer (unified memory, e.g. the GB10)
 stays healthy, judged by its utilisation and compute processes.
 """
@@ -93,7 +94,7 @@ class NvmlSource(TelemetrySource):
         Any device query can raise ``NVMLError`` (nvidia-ml-py's ``pynvml.py`` maps every
         ``nvmlReturn_t`` to a subclass, ``NVML_ERROR_GPU_IS_LOST`` to ``NVMLError_GpuIsLost``): a
         GPU whose name, UUID or MIG mode cannot be read is unhealthy with nothing free, under its
-        index. A GPU with MIG enabled (``nvmlDeviceGetMigMode`` current mode
+        index. A GPU with MIG enabled (``nvmlDeviceGetMigMode`` current or pending mode
         ``NVML_DEVICE_MIG_ENABLE``) is its MIG instances (:meth:`_mig_instances`): NVML's answers
         for the whole GPU say nothing of them (utilisation ``NOT_SUPPORTED``; compute processes
         only for a privileged caller).
@@ -220,9 +221,13 @@ class NvmlSource(TelemetrySource):
 
 
 def _mig_enabled(nv: Any, handle: Any) -> bool:
-    """Whether MIG is enabled on the GPU now (``nvmlDeviceGetMigMode``: ``[current, pending]``,
-    ``NVML_DEVICE_MIG_ENABLE`` = 1). False for a GPU without MIG (``NVML_ERROR_NOT_SUPPORTED``), a
-    module or driver without the call, or any other answer but a lost GPU.
+    """Whether MIG is enabled on the GPU, now or once it is reset (``nvmlDeviceGetMigMode``:
+    ``[current, pending]``, ``NVML_DEVICE_MIG_ENABLE`` = 1). A GPU whose pending mode is enabled
+    (``nvidia-smi -mig 1`` before the GPU reset, as the GPU Operator's MIG manager leaves it while
+    it reconfigures the node) has no instance yet and becomes MIG at the reset: it is no whole GPU
+    to offer either (:meth:`NvmlSource._mig_instances` reports it healthy with nothing free).
+    False for a GPU without MIG (``NVML_ERROR_NOT_SUPPORTED``), a module or driver without the
+    call, or any other answer but a lost GPU.
 
     Raises:
         NVMLError: ``NVMLError_GpuIsLost`` (the GPU fell off the bus).
@@ -231,12 +236,12 @@ def _mig_enabled(nv: Any, handle: Any) -> bool:
     if query is None:
         return False
     try:
-        current = query(handle)[0]
+        modes = list(query(handle))
     except nv.NVMLError as err:
         if isinstance(err, getattr(nv, "NVMLError_GpuIsLost", ())):
             raise
         return False
-    return bool(current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
+    return getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1) in modes[:2]
 
 
 def _has(nv: Any, *names: str) -> bool:

@@ -79,6 +79,7 @@ kube-state-metrics series (Prometheus server mode):
 | metric | becomes |
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
+| ``kube_node_status_allocatable`` of other vendors' accelerators (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``, ``gpu_intel_com_*``: :data:`~fleetmind.data.graph_build.OTHER_DEVICE_PATTERN`) | ``other_devices`` (those above 0): an accelerator node, which CPU-only pods avoid; the devices are not modelled |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}``, and ``kube_pod_init_container_resource_requests`` of sidecars | summed per node: ``*_free`` = allocatable - requests (see CPU and memory) |
 | kube-scheduler's ``kube_pod_resource_request{resource="cpu"|"memory", node}`` (``/metrics/resources``) | where present, a pod's CPU and memory in place of kube-state-metrics' (see CPU and memory) |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
@@ -89,7 +90,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs), GPUs out of allocatable |
 | ``kube_node_status_allocatable`` of ``nvidia_com_gpu_<name>`` and ``nvidia_com_mig_<profile>`` | whether the node's GPUs are served under another resource (a stale ``nvidia.com/gpu`` of 0 then marks nothing) |
-| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_nvidia_com_mig_<profile>_replicas, label_nvidia_com_gpu_deploy_device_plugin}`` | ``gpu_replicas`` and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile; the GPU Operator's device-plugin state |
+| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_cloud_google_com_gke_max_shared_clients_per_gpu, label_nvidia_com_mig_<profile>_replicas, label_nvidia_com_gpu_deploy_device_plugin, label_nvidia_com_gpu_product}`` | ``gpu_replicas`` (GKE's label where larger: :data:`GKE_REPLICAS_LABEL`) and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile; the GPU Operator's device-plugin state (``device_plugin``); the MIG ``single`` strategy's instances per GPU (:data:`PRODUCT_LABEL`) |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
@@ -279,6 +280,13 @@ from typing import Any
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet_io import local_node_name
 from fleetmind.data.graph import DCGM_EXPORTER_POD, instance_address
+from fleetmind.data.graph_build import (
+    MIG_SUFFIX,
+    OTHER_DEVICE_PATTERN,
+    SHARED_SUFFIX,
+    _mig_instances_per_gpu,
+    is_other_device,
+)
 from fleetmind.http_client import client as proxied_client
 from fleetmind.http_client import proxy_note
 from fleetmind.redact import safe_uri
@@ -383,11 +391,23 @@ exports it (``kube_node_labels``, where ``--metric-labels-allowlist`` names it):
 ``paused-for-driver-upgrade`` while its driver manager has the plugin stopped, ``false`` where the
 plugin is turned off on the node (:func:`mark_unallocatable_gpus`)."""
 """Most placeholder GPUs added to one node (a bogus capacity value must not build millions)."""
+PRODUCT_LABEL = "label_nvidia_com_gpu_product"
+"""GPU feature discovery's node label ``nvidia.com/gpu.product`` as kube-state-metrics exports it
+(``kube_node_labels``, where ``--metric-labels-allowlist`` names it): ``<model>-MIG-<profile>``
+under the MIG ``single`` strategy gives the instances per GPU (:func:`add_missing_gpus`)."""
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 """GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
 (``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``): the
 replicas of the ``nvidia.com/gpu`` resource, i.e. of the GPUs with MIG disabled (and of the MIG
 instances of the ``single`` strategy, which advertises them as ``nvidia.com/gpu``)."""
+GKE_REPLICAS_LABEL = "label_cloud_google_com_gke_max_shared_clients_per_gpu"
+"""GKE's node label ``cloud.google.com/gke-max-shared-clients-per-gpu`` as kube-state-metrics
+exports it (allowlist ``nodes=[...,cloud.google.com/gke-max-shared-clients-per-gpu]``): the
+containers per GPU of GKE's time-sharing and MPS, whose own device plugin advertises allocatable
+``nvidia.com/gpu`` = GPUs x this, and which runs no GPU feature discovery to write
+:data:`REPLICAS_LABEL` (GKE docs "Share GPUs with multiple workloads using GPU time-sharing",
+https://cloud.google.com/kubernetes-engine/docs/how-to/timesharing-gpus). A node's replicas are
+the larger of the two labels."""
 MIG_REPLICAS_LABEL = re.compile(r"label_nvidia_com_mig_(\w+)_replicas")
 """GPU feature discovery's per-resource label ``nvidia.com/mig-<profile>.replicas`` (GFD labels
 ``<resource>.replicas`` for each resource, ``resourceLabeler.key("replicas")`` in
@@ -535,7 +555,8 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
 
     dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
-    cpu_mem = 'resource=~"cpu|memory"'
+    # CPU, memory and the other vendors' accelerators (NodeState.other_devices)
+    allocatable = f'resource=~"cpu|memory|{OTHER_DEVICE_PATTERN}"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
     gpu_resources = f'resource=~"{GPU_RESOURCES}"'
@@ -548,7 +569,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) "
         f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
         "kube_node_status_allocatable": "max by (cluster, node, resource) "
-        f"({sel('kube_node_status_allocatable', cpu_mem)})",
+        f"({sel('kube_node_status_allocatable', allocatable)})",
         # CPU and memory requested per node, as kube-scheduler counts them where it can tell
         "node_requests": node_requests_query(max_age_s, sel),
         # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu) of its
@@ -1381,6 +1402,8 @@ class _KsmView:
     """``(cluster, node) -> "false" | "unknown"``: the nodes not Ready (:func:`_node_status`)."""
     device_plugin: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(cluster, node) -> value`` of :data:`DEVICE_PLUGIN_LABEL`, where exported."""
+    product: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(cluster, node) -> value`` of :data:`PRODUCT_LABEL`, where exported."""
 
 
 def _read_node_gpus(counted: dict[str, float], lab: dict[str, str], v: float) -> None:
@@ -1503,9 +1526,12 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         elif name == "node_gpu_replicas" and lab.get("node"):
             if lab.get(DEVICE_PLUGIN_LABEL):
                 view.device_plugin[(cluster, lab["node"])] = lab[DEVICE_PLUGIN_LABEL]
-            r = lab.get(REPLICAS_LABEL, "")
-            if r.isdigit() and int(r) >= 1:
-                view.replicas[(cluster, lab["node"])] = int(r)
+            if lab.get(PRODUCT_LABEL):
+                view.product[(cluster, lab["node"])] = lab[PRODUCT_LABEL]
+            reps = [lab.get(k, "") for k in (REPLICAS_LABEL, GKE_REPLICAS_LABEL)]
+            reps = [int(r) for r in reps if r.isdigit() and int(r) >= 1]
+            if reps:
+                view.replicas[(cluster, lab["node"])] = max(reps)
             for label, value in lab.items():
                 mig = MIG_REPLICAS_LABEL.fullmatch(label)
                 if mig and value.isdigit() and int(value) >= 1:
@@ -1901,11 +1927,14 @@ def build_nodes(
         # dcgm-exporter --kubernetes-virtual-gpus (one flag for the whole DaemonSet) exports no
         # GPU that no pod holds on any node: in its cluster an unreported GPU is idle, not lost,
         # whole-GPU nodes too (their series carry no vgpu; see Virtual GPUs)
-        add_missing_gpus(node, counted, idle=key[0] in virtual_clusters)
+        add_missing_gpus(
+            node, counted, idle=key[0] in virtual_clusters, product=view.product.get(key, "")
+        )
         mark_unallocatable_gpus(node, counted, view.device_plugin.get(key, ""))
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         _set_cpu_memory(node, res, view.requests.get(key, {}))
+        node.other_devices = frozenset(r for r, v in res.items() if v > 0 and is_other_device(r))
     # the devices the snapshot already places each pod on: one per (GPU, vgpu) DCGM names it on,
     # one per GPU its share annotation's gpu-index names
     named: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
@@ -1936,6 +1965,7 @@ def build_nodes(
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
         node.cordoned, node.not_ready = key in view.cordoned, view.not_ready.get(key)
+        node.device_plugin = view.device_plugin.get(key, "")
         asks = _absorbed(node, unnamed.get(key, []), view.gpu_count.get(key, {}))
         left = mark_requested_gpus(node, sum(n for _, n in asks), taken_on.get(key, set()))
         # the devices left unmarked are the last pods' (in pod order): their GPU use is not
@@ -2084,49 +2114,92 @@ def _replicas_of(
     return whole if len(kinds) == 1 else 1
 
 
-def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = False) -> None:
+def _mig_instances_counted(node: NodeState, product: str = "") -> int | None:
+    """MIG instances per GPU where the node's ``nvidia.com/gpu`` counts MIG instances (the
+    ``single`` strategy); None where it counts GPUs with MIG disabled (no MIG, or the ``mixed``
+    strategy: a reported GPU with MIG disabled, or instances of two profiles), 0 where it counts
+    instances of a number per GPU not known (GFD's ``-MIG-INVALID``, a profile not known and no
+    reported instance).
+
+    ``product``: GPU feature discovery's ``nvidia.com/gpu.product`` (``<model>-MIG-<profile>``
+    under the ``single`` strategy), read through the profile as ``graph build`` reads it
+    (:func:`fleetmind.data.graph_build._mig_instances_per_gpu`); else the most instances any
+    reported GPU has."""
+    parents: dict[int, int] = defaultdict(int)
+    profiles = set()
+    for g in node.gpus:
+        if g.mig_parent is None:
+            return None
+        parents[g.mig_parent] += 1
+        profiles.add(g.model.rpartition(" MIG ")[2])
+    model, mig, profile = product.removesuffix(SHARED_SUFFIX).partition(MIG_SUFFIX)
+    if len(profiles) > 1 or not (mig or parents):
+        return None
+    per_gpu = _mig_instances_per_gpu(profile or profiles.pop(), model) if mig or profiles else None
+    return per_gpu or max(parents.values(), default=0)
+
+
+def add_missing_gpus(
+    node: NodeState, counted: dict[str, float], idle: bool = False, product: str = ""
+) -> None:
     """Append placeholders for the GPUs the kubelet counts on ``node`` but DCGM does not report.
 
     ``counted``: ``kube_node_status_capacity`` and/or ``kube_node_status_allocatable`` of
     ``nvidia_com_gpu``. Capacity wins: the device plugin takes an unhealthy GPU out of allocatable
     but not out of capacity. A placeholder (a GPU fallen off the bus, a node whose exporter target
     is down) is unhealthy with nothing free, so nothing is placed on it, at the lowest physical
-    index no GPU of the node uses.
+    index no GPU of the node uses, below the node's physical GPU count.
 
-    Devices are compared, not GPUs: with time-slicing the device plugin advertises
+    Devices are counted in physical GPUs: with time-slicing the device plugin advertises
     ``node.gpu_replicas`` devices per GPU (read from GPU feature discovery's ``nvidia.com/gpu.replicas``
     node label; guessing it from devices / reported GPUs would read a 2-GPU node that lost one as 2
-    replicas and hide the loss); MIG instances count one each (the single strategy advertises them
-    as ``nvidia.com/gpu``; the mixed strategy leaves MIG GPUs out of it, so reported devices are
-    then at least the count and no placeholder is added).
+    replicas and hide the loss). The MIG ``single`` strategy advertises each instance as
+    ``nvidia.com/gpu``: devices are divided by the instances per GPU (``product``, GPU feature
+    discovery's ``nvidia.com/gpu.product`` ``<model>-MIG-<profile>``, or the reported GPUs'
+    instances: :func:`_mig_instances_counted`) and compared with the physical GPUs reported, so
+    an 8-GPU node of 56 ``1g.10gb`` instances whose exporter is paused has 8 placeholders, not
+    56; a node of MIG instances whose count per GPU is not known gets none. The ``mixed``
+    strategy leaves MIG GPUs out of ``nvidia.com/gpu``: its devices are compared with the GPUs
+    with MIG disabled, the MIG GPUs adding to the physical count.
 
     ``idle``: the node's exporter exports only the GPUs that pods hold (dcgm-exporter
     ``--kubernetes-virtual-gpus``, see Virtual GPUs in the module docstring): the GPUs it does not
     report are added healthy and idle (1000 free, every replica), not as placeholders, as many as
     allocatable (healthy devices, less the node's reported healthy GPUs) leaves room for; the rest
     of capacity stays placeholders (the device plugin takes a failed GPU's replicas out of
-    allocatable only, so a reported unhealthy GPU takes no share of allocatable).
+    allocatable only, so a reported unhealthy GPU takes no share of allocatable). A MIG GPU is
+    never added idle (its instances are not known).
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
     if not devices or not math.isfinite(devices):
         return
-    missing = min(MAX_PLACEHOLDERS, int(devices) // max(1, node.gpu_replicas) - len(node.gpus))
+    parents = {g.mig_parent for g in node.gpus if g.mig_parent is not None}
+    per_gpu = _mig_instances_counted(node, product)
+    if per_gpu == 0:
+        return
+    if per_gpu is None:  # nvidia.com/gpu counts the GPUs with MIG disabled
+        plain = len(node.gpus) - sum(g.mig_parent is not None for g in node.gpus)
+        physical = int(devices) // max(1, node.gpu_replicas) + len(parents)
+        missing = physical - len(parents) - plain
+    else:  # the single strategy: nvidia.com/gpu counts MIG instances
+        physical = int(devices) // (max(1, node.gpu_replicas) * per_gpu)
+        missing = physical - len(parents)
+    missing = min(MAX_PLACEHOLDERS, missing)
     if missing <= 0:
         return
-    used = {g.index for g in node.gpus} | {
-        g.mig_parent for g in node.gpus if g.mig_parent is not None
-    }
+    used = {g.index for g in node.gpus} | parents
     models = {g.model.split(" MIG ")[0] for g in node.gpus if g.model != "unknown"}
     model = models.pop() if len(models) == 1 else "unknown"
-    free_indices = (i for i in range(len(used) + missing) if i not in used)
+    free_indices = [i for i in range(min(physical, len(used) + missing)) if i not in used]
+    free_indices = free_indices[:missing]
     alloc = counted.get("kube_node_status_allocatable", devices)
     n_idle = 0
-    if idle and math.isfinite(alloc):
+    if idle and math.isfinite(alloc) and per_gpu is None:
         # allocatable counts the healthy devices only: a reported unhealthy GPU's replicas are
         # already out of it, so only the healthy reported GPUs take their share of it
-        healthy = sum(g.healthy for g in node.gpus)
+        healthy = sum(g.healthy for g in node.gpus if g.mig_parent is None)
         n_idle = max(0, int(alloc) // max(1, node.gpu_replicas) - healthy)
-    for k, idx in enumerate(list(free_indices)[:missing]):
+    for k, idx in enumerate(free_indices):
         if k < n_idle:
             node.gpus.append(GpuState(index=idx, model=model))
         else:

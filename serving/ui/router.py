@@ -1267,6 +1267,7 @@ def _fleet_node(
     for g in n.gpus:
         held = reservations.gpu_used(n.cluster, n.name, g.index)
         telemetry_used = (1000 - max(0, min(1000, g.free_milli))) / 1000
+        gpu_key = g.index if getattr(g, "mig_parent", None) is None else g.mig_parent
         gpus.append(
             {
                 "index": g.index,
@@ -1279,8 +1280,10 @@ def _fleet_node(
                 "healthy": g.healthy,
                 "unallocatable": getattr(g, "unallocatable", False),
                 "xid": g.xid_errors,
+                # a graph GPU (and its alerts' gpu label) is the physical GPU: a MIG instance's
+                # index is 100 * (parent + 1) + GI, so its marks are its parent's
                 "incidents": sorted(
-                    set(host_marks + marks.get((n.cluster, n.name, str(g.index)), []))
+                    set(host_marks + marks.get((n.cluster, n.name, str(gpu_key)), []))
                 ),
             }
         )

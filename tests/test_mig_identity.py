@@ -1,0 +1,154 @@
+"""MIG nodes keep their physical GPU identity: placeholders, cluster health, fleet-view marks and
+the ``nvml`` source count physical GPUs, not MIG instances.
+
+Upstream behaviour modelled:
+
+* NVIDIA/mig-parted ``deployments/gpu-operator/reconfigure-mig.sh`` (the GPU Operator's MIG
+  manager): before it applies a new MIG layout it sets ``nvidia.com/gpu.deploy.device-plugin``
+  (and the dcgm-exporter, GFD and DCGM deploy labels) to ``paused-for-mig-change``
+  (``maybe_set_paused``), waits for those pods to be deleted, applies the layout with
+  ``nvidia-mig-parted apply`` and sets the labels back to ``true``; it never cordons the node.
+  Meanwhile the kubelet keeps the stopped plugin's devices in capacity with allocatable 0.
+* NVIDIA/k8s-device-plugin MIG ``single`` strategy: every MIG instance is one ``nvidia.com/gpu``
+  device, and GPU feature discovery labels ``nvidia.com/gpu.product`` ``<model>-MIG-<profile>``.
+* dcgm-exporter labels a MIG instance's series with its physical GPU (``gpu``) and
+  ``GPU_I_ID``/``GPU_I_PROFILE``; FleetMind indexes the instance ``100 * (gpu + 1) + GI``.
+* NVML ``nvmlDeviceGetMigMode`` returns ``[current, pending]`` (nvidia-ml-py ``pynvml.py``);
+  ``nvidia-smi -i N -mig 1`` sets pending to 1 until the GPU is reset, and
+  ``nvmlDeviceGetMaxMigDeviceCount`` "returns zero if MIG is not supported or enabled"
+  (https://docs.nvidia.com/deploy/nvml-api/).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+import pytest
+
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.health import HealthModel, fleet_health, snapshot_signals
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.nvml import NvmlSource
+from fleetmind.serving.telemetry.prometheus import Sample, build_nodes
+from fleetmind.serving.ui.router import _fleet_node
+from tests.test_fleet_health_k8s import _mig, dcgm, ksm_node
+from tests.test_telemetry_nvml_faults import _fake_devices
+
+H100_MIG_1G = "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"  # GFD's product label, single strategy
+
+
+def _labels(node: str, product: str = "", plugin: str = "") -> Sample:
+    """The fleet query's ``node_gpu_replicas`` answer (``kube_node_labels``) for ``node``."""
+    lab = {"node": node}
+    if product:
+        lab["label_nvidia_com_gpu_product"] = product
+    if plugin:
+        lab["label_nvidia_com_gpu_deploy_device_plugin"] = plugin
+    return ("node_gpu_replicas", lab, 1.0)
+
+
+def _busy(node: str) -> list[Sample]:
+    """dcgm-exporter samples of 8 busy H100s on ``node`` (80 % utilisation, 50 GB used)."""
+    values = {"DCGM_FI_DEV_GPU_UTIL": 80.0, "DCGM_FI_DEV_FB_USED": 50000.0,
+              "DCGM_FI_DEV_FB_FREE": 31559.0}  # fmt: skip
+    return [(m, lab, values.get(m, v)) for m, lab, v in dcgm(node, 8)]
+
+
+def _mig_change_fleet() -> list[NodeState]:
+    """A busy 8-GPU node and an 8 x H100 node of 7 x 1g.10gb each (56 devices) mid MIG change:
+    plugin and exporter paused, capacity 56, allocatable 0, no DCGM series."""
+    ksm = [*ksm_node("ok-0", 8.0, 8.0), *ksm_node("mig-0", 56.0, 0.0),
+           _labels("mig-0", H100_MIG_1G, "paused-for-mig-change")]  # fmt: skip
+    return build_nodes(_busy("ok-0"), ksm)
+
+
+def test_single_strategy_node_mid_mig_change_has_one_placeholder_per_physical_gpu() -> None:
+    mig = next(n for n in _mig_change_fleet() if n.name == "mig-0")
+    assert [(g.index, g.missing, g.healthy) for g in mig.gpus] == [
+        (i, True, False) for i in range(8)
+    ]
+    assert mig.device_plugin == "paused-for-mig-change"
+
+
+def test_node_paused_for_mig_change_is_out_of_cluster_health() -> None:
+    """The MIG manager never cordons: the node still counts in no signal, like a cordoned one."""
+    nodes = _mig_change_fleet()
+    alone = [n for n in nodes if n.name == "ok-0"]
+    with_it = snapshot_signals(FleetSnapshot("prometheus", nodes))["local"]
+    without = snapshot_signals(FleetSnapshot("prometheus", alone))["local"]
+    assert (with_it.gpu_util, with_it.vram_pressure) == (without.gpu_util, without.vram_pressure)
+    health = fleet_health(HealthModel(), FleetSnapshot("prometheus", nodes)).clusters[0].health
+    assert (
+        health == fleet_health(HealthModel(), FleetSnapshot("prometheus", alone)).clusters[0].health
+    )
+
+
+def test_device_plugin_back_on_counts_the_node_again() -> None:
+    """Label ``true`` (the change done, exporter not yet back): the placeholders count again."""
+    ksm = [*ksm_node("ok-0", 8.0, 8.0), *ksm_node("mig-0", 56.0, 0.0),
+           _labels("mig-0", H100_MIG_1G, "true")]  # fmt: skip
+    signals = snapshot_signals(FleetSnapshot("prometheus", build_nodes(_busy("ok-0"), ksm)))
+    assert signals["local"].gpu_util == pytest.approx((8 * 80.0 + 8 * 100.0) / 16 / 100)
+
+
+def test_single_strategy_gpu_lost_is_one_placeholder_at_its_index() -> None:
+    """GPU 5 of 8 (7 instances each) fell off the bus: 49 instances reported, capacity 56."""
+    inst = [(g, gi, "1g.10gb") for g in range(8) if g != 5 for gi in range(7, 14)]
+    (n,) = build_nodes(_mig("m1", inst), ksm_node("m1", 56.0, 49.0))
+    assert [g.index for g in n.gpus if g.missing] == [5]
+
+
+def test_single_strategy_instances_per_gpu_from_the_reported_gpus() -> None:
+    """4 GPUs x 2 x 3g.40gb, GPU 2 lost; no product label: the reported GPUs give 2 per GPU."""
+    inst = [(g, gi, "3g.40gb") for g in (0, 1, 3) for gi in (1, 2)]
+    (n,) = build_nodes(_mig("sg", inst), ksm_node("sg", 8.0, 6.0))
+    assert [(g.index, g.healthy) for g in n.gpus if g.mig_parent is None] == [(2, False)]
+
+
+def test_mixed_strategy_lost_whole_gpu_is_a_placeholder() -> None:
+    """GPUs 0-1 MIG, 2-3 whole (``nvidia.com/gpu`` capacity 2), GPU 3 lost: placeholder 3."""
+    inst = [(0, 1, "1g.10gb"), (0, 2, "1g.10gb"), (1, 1, "1g.10gb"), (1, 2, "1g.10gb")]
+    samples = dcgm("mx", 3)[6:] + _mig("mx", inst)
+    (n,) = build_nodes(samples, ksm_node("mx", 2.0, 1.0))
+    assert [(g.index, g.missing) for g in n.gpus if g.mig_parent is None] == [
+        (2, False), (3, True)]  # fmt: skip
+
+
+def test_alert_on_a_mig_gpu_marks_its_instances() -> None:
+    """An alert on physical GPU 1 (``gpu="1"``) marks its instances 201, 202, not GPU 0's."""
+    graph = DependencyGraph.from_json({"name": "t", "nodes": [
+        {"id": "c", "kind": "cluster", "cluster": "c", "match": {"cluster": "c"}},
+        {"id": "c/host/n1", "kind": "host", "cluster": "c",
+         "match": {"cluster": "c", "node": "n1"}},
+        *[{"id": f"c/gpu/n1/{i}", "kind": "gpu", "cluster": "c",
+           "match": {"cluster": "c", "node": "n1", "gpu": str(i)}} for i in range(2)]],
+        "edges": [{"src": "c/host/n1", "dst": "c", "kind": "member_of"},
+                  *[{"src": f"c/gpu/n1/{i}", "dst": "c/host/n1", "kind": "attached_to"}
+                    for i in range(2)]]})  # fmt: skip
+    alert = {"alertname": "GpuXid", "cluster": "c", "node": "n1", "gpu": "1", "GPU_I_ID": "2",
+             "GPU_I_PROFILE": "3g.40gb"}  # fmt: skip
+    match = graph.node(graph.node_for_alert(alert)).match
+    marks = {(match["cluster"], match["node"], match["gpu"]): ["#7 GpuXid"]}
+    node = NodeState(name="n1", cluster="c", gpus=[
+        GpuState(index=100 * (p + 1) + gi, model="A100 MIG 3g.40gb", mig_parent=p)
+        for p in range(2) for gi in (1, 2)])  # fmt: skip
+
+    class NoHolds:
+        def gpu_used(self, *args: Any) -> int:
+            return 0
+
+    out = _fleet_node(node, NoHolds(), marks)
+    assert {g["index"]: g["incidents"] for g in out["gpus"]} == {
+        101: [], 102: [], 201: ["#7 GpuXid"], 202: ["#7 GpuXid"]}  # fmt: skip
+
+
+def test_nvml_gpu_with_mig_pending_is_not_a_whole_idle_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 1's MIG mode is pending enabled (``[0, 1]``): healthy, nothing free; GPU 0 idle."""
+    _fake_devices(monkeypatch, lost=set(), count=2)
+    enable = pynvml.NVML_DEVICE_MIG_ENABLE
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", lambda h: [0, enable] if h == 1 else [0, 0])
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 0)
+    (node,) = NvmlSource(cluster="c0").collect().nodes
+    assert [(g.index, g.healthy, g.free_milli > 0) for g in node.gpus] == [
+        (0, True, True), (1, True, False)]  # fmt: skip
