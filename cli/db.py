@@ -15,7 +15,8 @@ same connect and statement timeouts), else ``sqlite:///fleetmind.db``.
   needs ``--yes``.
 
 Exit status 0: done (or nothing to do); 1: a downgrade not confirmed at the prompt; 2: bad input
-(an unknown revision, one above the database's, a database that cannot be opened), one line.
+(an unknown revision, one above the database's, a database that cannot be opened, a SQLite
+database a server on this host still runs on), one line.
 """
 
 from __future__ import annotations
@@ -203,6 +204,41 @@ def _confirm(plan: str, yes: bool) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def _refuse_if_served(path: str) -> None:
+    """Refuse (``ConfigError``, one line) a downgrade of the SQLite file at ``path`` while a
+    server still runs on it on this host: the process of ``fleetmind serve`` that runs the incident
+    worker holds an exclusive ``flock`` on ``<path>.worker.lock`` for as long as it runs
+    (:class:`fleetmind.serving.db.LeaderLock`). Probed without waiting and without creating the
+    file; a lock file that cannot be opened or locked for another reason is no evidence of a
+    server, and the downgrade goes on (a server started with ``FLEETMIND_INCIDENT_WORKER=false``
+    holds no such lock and is not seen)."""
+    import errno
+    import fcntl
+
+    lock = path + ".worker.lock"
+    fd = -1
+    for mode in (os.O_RDWR, os.O_RDONLY):
+        try:
+            fd = os.open(lock, mode)
+            break
+        except OSError:
+            continue
+    if fd < 0:
+        return  # no server has run on this file here (or its lock cannot be read)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return
+        raise ConfigError(
+            f"a server still runs on {path}: {lock} is locked by its incident worker; stop "
+            "every replica first, then run the downgrade again; nothing changed "
+            "(docs/serving/operations.md#rolling-back)"
+        ) from None
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+
+
 def run_downgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -226,6 +262,9 @@ def run_downgrade(args: argparse.Namespace) -> int:
         refusal = migrations.downgrade_refusal(rev, args.to, order)
         if refusal is not None:
             raise ConfigError(refusal)
+        path = migrations.sqlite_path(db.engine.url) if db.is_sqlite else None
+        if path is not None:
+            _refuse_if_served(path)
         undone = order[order.index(args.to) + 1 : order.index(str(rev)) + 1][::-1]
         drops = "; ".join(f"{r}: {migrations.DOWNGRADE_DROPS.get(r, '?')}" for r in undone)
         plan = (

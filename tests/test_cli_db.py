@@ -216,3 +216,115 @@ def test_every_revision_says_what_its_downgrade_drops() -> None:
     assert set(migrations.DOWNGRADE_DROPS) == migrations.known_revisions()
     assert migrations.revisions()[0] == migrations.BASELINE
     assert migrations.revisions()[-1] == migrations.head()
+
+
+def test_downgrade_refuses_while_a_server_runs_on_the_sqlite_file(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server's incident worker holds ``<db>.worker.lock`` (``LeaderLock``, the same class
+    ``fleetmind serve`` uses) for as long as it runs: the downgrade refuses without waiting."""
+    from fleetmind.serving.db import LeaderLock
+
+    server_db = Database(sqlite_url)
+    leader = LeaderLock(server_db)
+    assert leader.acquire()
+    try:
+        started = time.monotonic()
+        rc, out, err = _db(
+            capsys, "downgrade", "--to", "0003", "--yes", "--database-url", sqlite_url
+        )
+        assert time.monotonic() - started < 10  # a probe, not a wait
+        assert rc == 2 and out == ""
+        _one_line_refusal(
+            err,
+            "a server still runs on",
+            "fleetmind.db.worker.lock is locked by its incident worker",
+            "stop every replica first",
+        )
+        assert _schema(sqlite_url)["revision"] == "0004"
+        assert leader.check()  # the probe took nothing from the server
+    finally:
+        leader.release()
+        server_db.dispose()
+    rc, out, _ = _db(capsys, "downgrade", "--to", "0003", "--yes", "--database-url", sqlite_url)
+    assert rc == 0 and "downgraded from 0004 to 0003" in out
+
+
+def test_downgrade_probe_leaves_no_lock_file_behind(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not (tmp_path / "fleetmind.db.worker.lock").exists()
+    rc, out, _ = _db(capsys, "downgrade", "--to", "0003", "--yes", "--database-url", sqlite_url)
+    assert rc == 0 and "downgraded from 0004 to 0003" in out
+    assert not (tmp_path / "fleetmind.db.worker.lock").exists()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rolling_back_section() -> str:
+    text_ = (ROOT / "docs/serving/operations.md").read_text(encoding="utf-8")
+    start = text_.index("## Rolling back")
+    return text_[start : text_.index("\n## ", start + 1)]
+
+
+def _runbook_job() -> dict[str, Any]:
+    """The downgrade Job of the rollback runbook (its ```yaml block)."""
+    import textwrap
+
+    import yaml
+
+    section = _rolling_back_section()
+    body = section[section.index("```yaml") + len("```yaml") :]
+    job = yaml.safe_load(textwrap.dedent(body[: body.index("```")]))
+    assert job["kind"] == "Job" and job["metadata"]["name"] == "fleetmind-db-downgrade"
+    return job
+
+
+def test_rollback_job_passes_the_deployments_security_checks() -> None:
+    """The runbook's Job runs where the server's pods run: the base Deployment's pod security
+    without the fixed ids (which deploy/kubernetes/openshift removes for restricted-v2), and its
+    container's. Pod Security "restricted" requires runAsNonRoot, a RuntimeDefault seccomp
+    profile, allowPrivilegeEscalation false and capabilities drop ALL
+    (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted)."""
+    import yaml
+
+    deployment = yaml.safe_load((ROOT / "deploy/kubernetes/base/deployment.yaml").read_text())
+    dep_pod = deployment["spec"]["template"]["spec"]
+    (server,) = [c for c in dep_pod["containers"] if c["name"] == "fleetmind"]
+    pod = _runbook_job()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+
+    fixed_ids = {"runAsUser", "runAsGroup", "fsGroup"}
+    assert not fixed_ids & set(pod["securityContext"])  # OpenShift's SCC assigns them
+    expected = {k: v for k, v in dep_pod["securityContext"].items() if k not in fixed_ids}
+    assert pod["securityContext"] == expected
+    assert expected == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert container["securityContext"] == server["securityContext"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+    # the same database on the same volume, and a writable /tmp under the read-only root
+    assert container["volumeMounts"] == server["volumeMounts"]
+    assert pod["volumes"] == [
+        {"name": v["name"], **{k: v[k] for k in v if k != "name"}} for v in dep_pod["volumes"]
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    server_env = {e["name"]: e.get("value") for e in server["env"]}
+    assert env["FLEETMIND_DATABASE_URL"] == server_env["FLEETMIND_DATABASE_URL"]
+    assert container["command"][:3] == ["fleetmind", "db", "downgrade"]
+    assert "--yes" in container["command"]  # a Job has no terminal on stdin
+
+
+def test_rollback_runbook_does_not_wait_on_completion_alone() -> None:
+    """A failed Job (a refusal exits 2; ``backoffLimit: 0``) never becomes ``Complete``: the
+    runbook follows its log, which ends when the downgrade does, instead of a long
+    ``kubectl wait --for=condition=complete``."""
+    import re
+
+    section = " ".join(_rolling_back_section().split())
+    assert "logs -f job/fleetmind-db-downgrade" in section
+    assert _runbook_job()["spec"]["backoffLimit"] == 0
+    for wait in re.findall(r"`kubectl[^`]* wait [^`]*`", section):
+        timeout = re.search(r"--timeout=(\d+)(s|m)", wait)
+        assert timeout is None or int(timeout[1]) * (60 if timeout[2] == "m" else 1) <= 60, wait
