@@ -249,7 +249,8 @@ class DependencyGraph:
         pod > host > service > shared infrastructure > cluster), except that a host matched by a
         ``node`` the alert did not name (only ``instance``'s address or a
         :data:`HOST_NAME_LABELS` label gave it) gives way to a shared-infrastructure node the other
-        labels match (``{cluster, component}`` of a switch whose exporter runs on that host,
+        labels, less the exporter's :data:`TARGET_LABELS`, match with as many labels as the host
+        (``{cluster, component}`` of a switch whose exporter runs on that host,
         :meth:`_named_component`). An alert naming a workload
         controller (:data:`WORKLOAD_LABELS`) lands on the controller's node (:meth:`workload_node`)
         unless its labels match a pod, GPU, host or link that is not its exporter; one naming a
@@ -309,7 +310,8 @@ class DependencyGraph:
         address or a :data:`HOST_NAME_LABELS` label, see :meth:`_subject`), except that a host
         matched by that ``node`` gives way to the shared-infrastructure node (a ``network``,
         ``dns``, ``storage`` ... node: ranked below a Service, above the cluster in
-        :data:`_KIND_SPECIFICITY`) that the labels match without ``node``.
+        :data:`_KIND_SPECIFICITY`) that the labels match without ``node`` and the exporter's
+        target labels (:data:`TARGET_LABELS`), when it matches at least as many labels as the host.
 
         Such a ``node`` names where the exporter runs, while labels that match a shared node
         (``{cluster, component}`` of an IB or ToR switch, docs/rca-data.md) name what the alert is
@@ -318,9 +320,11 @@ class DependencyGraph:
         best = match(labels)
         if best is None or self.nodes[best].kind != "host" or "node" not in self.nodes[best].match:
             return best
-        other = match({k: v for k, v in labels.items() if k != "node"})
-        if other is None:
-            return best
+        # without the exporter's own target labels too: its Service ({cluster, service}) must not
+        # stand in for its pod when the pod is not in the graph yet (a DaemonSet rollout)
+        other = match({k: v for k, v in labels.items() if k != "node" and k not in TARGET_LABELS})
+        if other is None or len(self.nodes[other].match) < len(self.nodes[best].match):
+            return best  # a shared node matching fewer labels than the host leaves it the alert
         rank = _KIND_SPECIFICITY.get(self.nodes[other].kind, 0)
         return other if _KIND_SPECIFICITY["cluster"] < rank < _KIND_SPECIFICITY["service"] else best
 

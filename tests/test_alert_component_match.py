@@ -152,3 +152,59 @@ def test_the_released_model_ranks_the_switch_first() -> None:
     ]
     (top,) = GATAnalyzer.load().find_root_causes(_graph(), alerts, top_k=1).causes
     assert top.node == f"c0/net/{SWITCH}"  # was c0/host/h2 as host_not_ready
+
+
+def test_exporter_pod_the_graph_does_not_hold_yet_still_gives_the_switch() -> None:
+    # a DaemonSet rollout replaces node-exporter's pod before the graph is rebuilt: the alert's
+    # pod is unknown, and the exporter's own Service ({cluster, service}) must not stand in for
+    # the switch (it would rank below the host and leave the alert there)
+    labels = {**BASE, "component": SWITCH, **NE_TARGET, "pod": "kps-prometheus-node-exporter-x2kfp"}
+    assert _both(_graph(), labels) == f"c0/net/{SWITCH}"
+    no_switch = {**BASE, **NE_TARGET, "pod": "kps-prometheus-node-exporter-x2kfp"}
+    assert _both(_graph(), no_switch) == "c0/host/h2"
+
+
+def test_a_shared_node_matching_fewer_labels_leaves_the_host_its_alert() -> None:
+    # a cluster-less DNS node matched on {component} alone (docs/graph.md's shared infrastructure)
+    # is not what a node-exporter alert of h0 labelled component=dns is about: the host's
+    # {cluster, node} matches more labels
+    graph = _graph()
+    nodes = [*graph.nodes, GraphNode("global/dns", "dns", None, {"component": "dns"})]
+    graph = DependencyGraph("fabric", nodes, graph.edges)
+    labels = {"alertname": "X", "cluster": "c0", "component": "dns", "instance": "h0:9100"}
+    assert _both(graph, labels) == "c0/host/h0"
+    assert _both(graph, {"alertname": "X", "cluster": "c0", "component": "dns"}) == "global/dns"
+
+
+@pytest.mark.parametrize("owner", ["ReplicaSet/ibx-5d8f", "StatefulSet/ibx"])
+def test_an_exporter_deployment_pod_keeps_its_alerts_unless_fleetmind_node_names_the_switch(
+    owner: str,
+) -> None:
+    # docs/rca-data.md ("A fabric switch"): a hostNetwork Deployment/StatefulSet exporter pod the
+    # graph holds matches {cluster, namespace, pod} and keeps the alert; fleetmind_node names the
+    # switch outright
+    graph = _graph()
+    pod = "c0/pod/monitoring/ibx-0"
+    nodes = [
+        *graph.nodes,
+        GraphNode("c0/svc/ibx", "service", "c0", {"cluster": "c0", "service": "ibx"}),
+        GraphNode(
+            pod,
+            "pod",
+            "c0",
+            {"cluster": "c0", "namespace": "monitoring", "pod": "ibx-0"},
+            {"owner": owner, "addresses": ["10.0.0.11"]},
+        ),
+    ]
+    edges = [
+        *graph.edges,
+        GraphEdge(pod, "c0/host/h1", "runs_on"),
+        GraphEdge(pod, "c0/svc/ibx", "member_of"),
+        GraphEdge("c0/svc/ibx", "c0", "member_of"),
+    ]
+    graph = DependencyGraph("fabric", nodes, edges)
+    target = {"namespace": "monitoring", "pod": "ibx-0", "service": "ibx", "container": "exporter"}
+    labels = {**BASE, "component": SWITCH, "instance": "10.0.0.11:9315", **target}
+    assert _both(graph, labels) == pod
+    named = {**labels, "fleetmind_node": f"c0/net/{SWITCH}"}
+    assert _both(graph, named) == f"c0/net/{SWITCH}"
