@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.folders import pid_running
-from fleetmind.http_client import Deadline, hold_to, proxy_note
+from fleetmind.http_client import Deadline, hold_to, proxied_answer_note, proxy_note
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
@@ -186,8 +186,9 @@ def _download(
     try:
         with client.stream("GET", url) as resp:
             watch.at = deadline_s
-            if resp.status_code != 200:
-                raise NotAvailableError(f"{shown}: HTTP {resp.status_code}")
+            if resp.status_code != 200:  # (the last URL's: a redirection may change scheme)
+                by = proxied_answer_note(str(resp.request.url))
+                raise NotAvailableError(f"{shown}: HTTP {resp.status_code}{by}")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             created = True
             got = 0
@@ -209,32 +210,35 @@ def _download(
         if isinstance(err, (httpx.TimeoutException, httpcore.TimeoutException)) and late:
             if created:  # the headers came: the body was too slow
                 raise NotAvailableError(_too_slow(shown, timeout_s)) from None
+            via, hint = _unreachable(err, url, mirror)
             raise NotAvailableError(
                 f"cannot download {shown}: no answer (status line and headers) within "
-                f"{timeout_s:g} s{_unreachable(err, url, mirror)}; raise it with --timeout SECONDS"
+                f"{timeout_s:g} s{via}; raise the limit with --timeout SECONDS{hint}"
             ) from None
         if isinstance(err, httpx.InvalidURL):
             raise ConfigError(safe_uri(f"cannot download {url}: not a valid URL: {err}")) from None
         if isinstance(err, httpx.HTTPError):
             raise NotAvailableError(
-                safe_uri(f"cannot download {url}: {err}") + _unreachable(err, url, mirror)
+                safe_uri(f"cannot download {url}: {err}") + "".join(_unreachable(err, url, mirror))
             ) from None
         raise
     finally:
         watch.at = None
 
 
-def _unreachable(err: BaseException, url: str, mirror: bool) -> str:
-    """The end of a download's error message when the connection failed (``err``: an
-    ``httpx.ConnectError``, ``ConnectTimeout`` or ``ProxyError``; else ""): the proxy it went
-    through (:func:`fleetmind.http_client.proxy_note`), and, unless ``url`` is on a mirror
+def _unreachable(err: BaseException, url: str, mirror: bool) -> tuple[str, str]:
+    """Two ends of a download's error message when the connection failed (``err``: an
+    ``httpx.ConnectError``, ``ConnectTimeout`` or ``ProxyError``; else ``("", "")``): the proxy it
+    went through (:func:`fleetmind.http_client.proxy_note`), and, unless ``url`` is on a mirror
     already, that ``--base-url`` fetches from one (a machine without internet access)."""
     import httpx
 
     if not isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
-        return ""
-    hint = "" if mirror else "; without access to it, fetch from a mirror: --base-url MIRROR"
-    return proxy_note(err, url) + hint
+        return "", ""
+    hint = (
+        "" if mirror else "; without access to the server, fetch from a mirror: --base-url MIRROR"
+    )
+    return proxy_note(err, url), hint
 
 
 def _too_slow(shown: str, timeout_s: float) -> str:

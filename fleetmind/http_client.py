@@ -25,7 +25,9 @@ is still trusted (``httpx.create_ssl_context``), and no ``.netrc`` is read (http
 when asked to, with ``httpx.NetRCAuth``).
 
 A connection that fails through a proxy is reported as the proxy's (:func:`proxy_note`: which
-proxy, from which variable), not as a refusal of the server asked for.
+proxy, from which variable), not as a refusal of the server asked for; an error status answered
+to a plain ``http://`` request that went through a proxy names the proxy as its possible author
+(:func:`proxied_answer_note`).
 
 A client can also be held to a :class:`Deadline` (:func:`hold_to`): every connect, read and write of
 the request in flight then ends by it, however slowly the server trickles its answer.
@@ -207,29 +209,70 @@ def proxy_source(url: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def proxy_note(err: BaseException, url: str, environ: Mapping[str, str] | None = None) -> str:
-    """Where a failed connection went, for an error message: ``" via proxy URL (from VAR;
-    NO_PROXY does not match HOST)"`` (the proxy's URL masked) when ``err`` is a connection
-    failure (``httpx.ConnectError``, ``httpx.ConnectTimeout``, ``httpx.ProxyError``) of a request
-    that went through a proxy, so that a proxy's refusal is not read as the target's; else "".
+    """Where a failed request went, for an error message: ``" via proxy URL (from VAR;
+    NO_PROXY does not match HOST:PORT)"`` (the proxy's URL masked; the port the request's, its
+    scheme's default when the URL names none; an IPv6 host in brackets) when ``err`` is a
+    connection failure (``httpx.ConnectError``, ``httpx.ConnectTimeout``, ``httpx.ProxyError``)
+    of a request that went through a proxy, so that a proxy's refusal is not read as the
+    target's; :func:`proxied_answer_note` when ``err`` is an error status
+    (``httpx.HTTPStatusError``); else "".
 
     ``url``: the request's URL, used when ``err`` carries no request (the one of a redirection
     otherwise); ``environ``: the variables read (default ``os.environ``).
     """
     import httpx
 
-    if not isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
+    kinds = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.HTTPStatusError)
+    if not isinstance(err, kinds):
         return ""
     try:
         url = str(err.request.url)
     except RuntimeError:  # (an error made without its request)
         pass
+    if isinstance(err, httpx.HTTPStatusError):
+        return proxied_answer_note(url, environ)
     proxy = proxy_for(url, environ)
     if proxy is None:
         return ""
-    host = urlsplit(url).hostname or url
     return (
         f" via proxy {safe_uri(proxy)} (from {proxy_source(url, environ)}; "
-        f"NO_PROXY does not match {host})"
+        f"NO_PROXY does not match {_host_port(url)})"
+    )
+
+
+def _host_port(url: str) -> str:
+    """``url``'s ``host:port`` as ``NO_PROXY`` would have to name it: the port the URL's, else
+    its scheme's default (none for another scheme); an IPv6 address in brackets."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    try:
+        port = str(parts.port or _DEFAULT_PORTS.get(parts.scheme.lower(), ""))
+    except ValueError:  # a port that is no number: the host alone
+        port = ""
+    shown = f"[{host}]" if ":" in host and parts.hostname else host
+    return f"{shown}:{port}" if port else shown
+
+
+def proxied_answer_note(url: str, environ: Mapping[str, str] | None = None) -> str:
+    """For a message about an error status (not 2xx) answered to a request to ``url``: ``" through
+    proxy URL (from VAR); the answer may be the proxy's"`` (the proxy's URL masked) when ``url`` is
+    an ``http://`` one that went through a proxy (``environ``: the variables read, default
+    ``os.environ``), else "".
+
+    A proxy forwards a plain-HTTP request itself and may answer it in the server's place (Squid's
+    ``403 Forbidden`` ``ERR_ACCESS_DENIED`` page, a ``407``, a ``502`` for a host it cannot
+    reach): nothing in the answer tells whose it is. An ``https://`` request goes through a
+    ``CONNECT`` tunnel instead, whose refusal httpx raises as ``httpx.ProxyError``
+    (:func:`proxy_note`); the answers through the tunnel are the server's.
+    """
+    if urlsplit(url).scheme.lower() != "http":
+        return ""
+    proxy = proxy_for(url, environ)
+    if proxy is None:
+        return ""
+    return (
+        f" through proxy {safe_uri(proxy)} (from {proxy_source(url, environ)}); "
+        "the answer may be the proxy's"
     )
 
 

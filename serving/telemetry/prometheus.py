@@ -288,7 +288,7 @@ from fleetmind.data.graph_build import (
     is_other_device,
 )
 from fleetmind.http_client import client as proxied_client
-from fleetmind.http_client import proxy_note
+from fleetmind.http_client import proxied_answer_note, proxy_note
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
@@ -1031,29 +1031,34 @@ def http_problem(resp: Any, body: Any) -> str | None:
     ``resp``: the ``httpx.Response``; ``body``: its JSON (None when it is not JSON). The status is
     read before the body: a 401 from an auth proxy, a proxy's HTML 502 or Prometheus's own
     ``404 page not found`` (the route prefix missing) is no JSON, and is reported as its status.
+    An error status of a plain ``http://`` query sent through a proxy names the proxy, whose
+    answer it may be (:func:`fleetmind.http_client.proxied_answer_note`), and gives no advice
+    meant for Prometheus's answer alone (credentials for a 401 or 403).
     """
     code = resp.status_code
+    by = "" if 200 <= code < 300 else _proxied_answer(resp)
+    then = "; if it is Prometheus's, " if by else ": "
     if 300 <= code < 400:
         where = resp.headers.get("location")
         if not where:
-            return f"answered HTTP {code} (a redirect) without a Location"
+            return f"answered HTTP {code} (a redirect) without a Location{by}"
         where = str(resp.url.join(where))  # a relative Location, from the query's URL
         base = where.split("?")[0].removesuffix("/api/v1/query")
         return (
-            f"redirected to {safe_uri(where)} (HTTP {code}; a query is not followed): set "
-            f"FLEETMIND_PROMETHEUS_URL to {safe_uri(base)}"
+            f"redirected to {safe_uri(where)} (HTTP {code}; a query is not followed){by}{then}"
+            f"set FLEETMIND_PROMETHEUS_URL to {safe_uri(base)}"
         )
     if code in (401, 403):  # before a JSON error: Grafana Cloud's gateway answers one to a 401
-        return _auth_problem(resp, body)
+        return _auth_problem(resp, body, by)
     if isinstance(body, dict) and body.get("status") == "error":
         return f"refused the query: {_clean(str(body.get('error') or code), _sent(resp), 500)}"
     if code == 404:
         return (
-            "answered HTTP 404 for /api/v1/query: is the URL missing Prometheus's route prefix "
-            "(--web.route-prefix / --web.external-url, e.g. http://host:9090/prometheus)?"
+            f"answered HTTP 404 for /api/v1/query{by}{then}is the URL missing Prometheus's route "
+            "prefix (--web.route-prefix / --web.external-url, e.g. http://host:9090/prometheus)?"
         )
     if code != 200:
-        return f"answered {_status(resp)}"
+        return f"answered {_status(resp)}{by}"
     if not isinstance(body, dict):
         kind = resp.headers.get("content-type", "no content type").split(";")[0]
         return f"answered HTTP 200 with a body that is not a JSON object ({_clean(kind)})"
@@ -1077,6 +1082,16 @@ def http_problem(resp: Any, body: Any) -> str | None:
     return None
 
 
+def _proxied_answer(resp: Any) -> str:
+    """:func:`fleetmind.http_client.proxied_answer_note` for the request ``resp`` answers; ""
+    for a response made without its request."""
+    try:
+        url = str(resp.request.url)
+    except RuntimeError:
+        return ""
+    return proxied_answer_note(url)
+
+
 def _status(resp: Any) -> str:
     """``HTTP <code> <reason phrase>``, the phrase (the server's own words) as :func:`_clean`
     shows it: printable only, 60 characters at most."""
@@ -1092,17 +1107,22 @@ _AWS_CREDENTIAL_ERRORS = ("ExpiredToken", "UnrecognizedClient", "InvalidClientTo
 ``InvalidClientTokenId``, each HTTP 403)."""
 
 
-def _auth_problem(resp: Any, body: Any) -> str:
+def _auth_problem(resp: Any, body: Any, by: str = "") -> str:
     """A 401 or 403 as a message: the start of what the server said (:func:`_said_text`, as
     :func:`_clean` shows it) and what it usually needs (:func:`_auth_hint`, matched on the server's text before any credential in it
-    is masked)."""
+    is masked). ``by``: the proxy the answer may come from (:func:`_proxied_answer`, "" when
+    none); then an answer no server is recognised in gets that instead of the credentials
+    advice (Squid's ``ERR_ACCESS_DENIED`` page is a 403 too)."""
     raw = _said_text(resp, body)
     said = _clean(raw, _sent(resp))
+    words = " ".join(raw[:2000].split()).lower()
+    hint = _auth_hint(words, resp.headers.get("x-amzn-errortype", ""))
     head = f"answered {_status(resp)}"
+    if by and hint == _CREDENTIALS_HINT:
+        return head + (f" (the answer said: {said})" if said else "") + by
     if said:
         head += f" (server said: {said})"
-    words = " ".join(raw[:2000].split()).lower()
-    return f"{head}: {_auth_hint(words, resp.headers.get('x-amzn-errortype', ''))}"
+    return f"{head}: {hint}"
 
 
 def _auth_hint(words: str, aws: str) -> str:
@@ -1144,11 +1164,15 @@ def _auth_hint(words: str, aws: str) -> str:
             "the request was signed, but the AWS identity that signed it may not query "
             "this workspace: its IAM policy needs aps:QueryMetrics"
         )
-    return (
-        "it wants credentials (basic auth as user:password@ in "
-        "FLEETMIND_PROMETHEUS_URL, a token in FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE, or a "
-        "header in FLEETMIND_PROMETHEUS_HEADERS)"
-    )
+    return _CREDENTIALS_HINT
+
+
+_CREDENTIALS_HINT = (
+    "it wants credentials (basic auth as user:password@ in "
+    "FLEETMIND_PROMETHEUS_URL, a token in FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE, or a "
+    "header in FLEETMIND_PROMETHEUS_HEADERS)"
+)
+"""What a 401 or 403 no server is recognised in usually needs (:func:`_auth_hint`)."""
 
 
 _UNSECRET_HEADERS = frozenset(
