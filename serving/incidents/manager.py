@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,12 +158,21 @@ def _dependents(graph: Any) -> dict[str, list[str]]:
     return cached_for_edges(graph, _DEPENDENTS_KEY, build)
 
 
+def dependents(graph: Any) -> Mapping[str, list[str]]:
+    """node id -> the node ids a fault of it reaches in one hop on ``graph``: the directed table
+    :func:`explained_nodes` walks (:func:`_dependents`, cached per graph; do not change it), for
+    walks that draw what a cause explains (:func:`fleetmind.serving.ui.svg.propagation_tree`)."""
+    return _dependents(graph)
+
+
 def explained_nodes(
     graph: Any,
     top: str,
     nodes: Iterable[str],
     limit: int = EXPLAINS_MAX,
     extra: Iterable[Any] = (),
+    max_depth: int | None = None,
+    max_visits: int | None = None,
 ) -> list[str]:
     """Of node ids ``nodes`` (an incident's alert nodes), those a fault of node ``top`` of
     ``graph`` (a :class:`fleetmind.data.graph.DependencyGraph`) plus edges ``extra`` (an
@@ -171,7 +180,10 @@ def explained_nodes(
     directly or through other nodes (:func:`_dependents`: what depends on it, and a pod's
     Service), breadth first (nearest first), at most ``limit``: pods after every other kind
     (:data:`_PODS_LAST`), so that many pods do not hide their Service; ``top`` itself is not
-    listed. Empty when ``top`` is not a node of ``graph``."""
+    listed. Empty when ``top`` is not a node of ``graph``. ``max_depth`` (hops from ``top``) and
+    ``max_visits`` (nodes reached, ``top`` included) bound the walk where given (the incident
+    page's drawing: 4 and 50,000); unbounded by default (what the ranking stores for the
+    notifier, :data:`EXPLAINS`, which :data:`EXPLAINS_MAX` bounds)."""
     wanted = {n for n in nodes if n != top}
     if not wanted or top not in graph.index:
         return []
@@ -181,16 +193,20 @@ def explained_nodes(
     kinds = {n: graph.node(n).kind for n in wanted if n in graph.index}
     rest = {n for n, k in kinds.items() if k not in _PODS_LAST}
     n_last = len(kinds) - len(rest)
-    seen, todo = {top}, deque([top])
+    seen, todo = {top: 0}, deque([top])  # node -> hops from top
     first: list[str] = []  # found nodes of other kinds than pods, nearest first
     last: list[str] = []  # found pods, nearest first
     while todo and (
         len(first) < min(limit, len(rest)) or len(last) < min(limit - len(first), n_last)
     ):
         u = todo.popleft()
+        if max_depth is not None and seen[u] >= max_depth:
+            continue
         for v in (*reach.get(u, ()), *more.get(u, ())):
             if v not in seen:
-                seen.add(v)
+                if max_visits is not None and len(seen) >= max_visits:
+                    return (first + last)[:limit]
+                seen[v] = seen[u] + 1
                 todo.append(v)
                 if v in wanted:
                     (first if v in rest else last).append(v)

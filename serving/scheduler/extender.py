@@ -828,9 +828,11 @@ def _model_reason(node: NodeState, req: PodRequest) -> tuple[str, str]:
     )
     if req.models_ignored:
         total = len(req.gpu_models) + req.models_ignored
+        # clip_models skips each name that does not fit and keeps later ones that do: a single
+        # over-long name is skipped too, so "the list is cut" would not be true
         reason += (
-            f" (only {len(req.gpu_models)} of {total} models read: the list is cut at "
-            f"{MAX_MODEL_CHARS} characters)"
+            f" ({len(req.gpu_models)} of {total} models read: names that would take the list "
+            f"past {MAX_MODEL_CHARS} characters are skipped)"
         )
     return reason, f"GPU model {models}"
 

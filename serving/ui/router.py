@@ -47,9 +47,10 @@ from fleetmind.serving.feedback import (
     record_feedback,
 )
 from fleetmind.serving.health import telemetry_cluster_alias
-from fleetmind.serving.incidents.manager import explained_nodes
+from fleetmind.serving.incidents.manager import dependents, explained_nodes
 from fleetmind.serving.incidents.store import MERGE_STEPS
 from fleetmind.serving.notify import (
+    CALIBRATED_METHODS,
     CLOSED,
     confidence_words,
     delivery_outcome,
@@ -60,6 +61,7 @@ from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
+    MAX_TREE_NODES,
     balanced,
     edge_kinds,
     isolate,
@@ -864,9 +866,15 @@ def explained_alerting(graph: Any, cause: dict[str, Any], alerting: set[str]) ->
     (:func:`~fleetmind.serving.incidents.manager.explained_nodes`, the rule the notifier judges
     by), with those the incident's ranking stored for its top cause
     (:func:`~fleetmind.serving.notify.explained_by`, which also follows the pod-to-GPU edges its
-    alerts named). A pod does not explain its GPU's XID, nor a GPU another GPU of its host."""
+    alerts named). A pod does not explain its GPU's XID, nor a GPU another GPU of its host. The
+    walk on ``graph`` is bounded as the drawing's (4 hops, :data:`~fleetmind.serving.ui.svg.MAX_TREE_NODES`
+    nodes reached), so that a page's cost does not grow with the graph."""
     node = str(cause.get("node"))
-    reached = set(explained_nodes(graph, node, alerting, limit=len(alerting) + 1))
+    reached = set(
+        explained_nodes(
+            graph, node, alerting, len(alerting) + 1, max_depth=4, max_visits=MAX_TREE_NODES
+        )
+    )
     return (reached | explained_by(cause)) & set(alerting) - {node}
 
 
@@ -883,12 +891,13 @@ def _cause_graphs(
             f"Propagation of cause {rank} ({isolate(c['node'])}) to the alerting nodes it explains"
         )
         explained = explained_alerting(graph, c, firing_nodes)  # along dependencies only
-        depth, edges = propagation_tree(graph, c["node"], explained, path)
+        depth, edges = propagation_tree(graph, c["node"], explained, path, reach=dependents(graph))
         arrow = f"arrow-{rank}"  # one drawing per cause: a marker id of its own in the page
         if depth:
             kinds = {n: graph.node(n).kind for n in depth}
             others = sorted(firing_nodes - explained - {c["node"]})
-            svg = tree_svg(depth, edges, kinds, explained, path, title, arrow, unexplained=others)
+            hot = explained | ({c["node"]} & firing_nodes)  # the cause's own alerts, too
+            svg = tree_svg(depth, edges, kinds, hot, path, title, arrow, unexplained=others)
         else:  # the cause is not in the served graph (replaced since): its stored path alone
             kinds = {n: graph.node(n).kind for n in path if n in graph.index}
             kinds.setdefault(c["node"], c.get("kind") or "?")

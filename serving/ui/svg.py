@@ -301,6 +301,9 @@ class TreeDepths(dict[str, int]):
 _ADJ: weakref.WeakKeyDictionary[DependencyGraph, tuple[_Adjacency, frozenset[str]]] = (
     weakref.WeakKeyDictionary()
 )
+_REACH: weakref.WeakKeyDictionary[
+    DependencyGraph, tuple[Mapping[str, Sequence[str]], _Adjacency]
+] = weakref.WeakKeyDictionary()
 _ADJ_LOCK = threading.Lock()
 
 
@@ -323,6 +326,24 @@ def _adjacency(graph: DependencyGraph) -> tuple[_Adjacency, frozenset[str]]:
             barriers = frozenset(graph.nodes[i].id for i in stops)
             hit = _ADJ[graph] = (adj, barriers)
         return hit
+
+
+def _directed(graph: DependencyGraph, reach: Mapping[str, Sequence[str]]) -> _Adjacency:
+    """``reach`` (node -> the nodes a fault of it reaches in one hop, on ``graph``) as
+    ``node -> [(node reached, edge kind)]``, sorted by node id, the kind that of an edge between
+    the two (either direction); built once per graph object and table."""
+    with _ADJ_LOCK:
+        hit = _REACH.get(graph)
+        if hit is None or hit[0] is not reach:
+            kinds: dict[tuple[str, str], str] = {}  # (src, dst) -> the first edge's kind
+            for e in graph.edges:
+                kinds.setdefault((e.src, e.dst), e.kind)
+            table: _Adjacency = {
+                u: sorted({(v, kinds.get((v, u)) or kinds.get((u, v), "")) for v in vs})
+                for u, vs in reach.items()
+            }
+            hit = _REACH[graph] = (reach, table)
+        return hit[1]
 
 
 def _path_chain(adj: _Adjacency, cause: str, path: Sequence[str]) -> list[tuple[str, str]]:
@@ -351,13 +372,15 @@ def _walk(
     max_depth: int,
     max_nodes: int,
     alerting: Set[str] = frozenset(),
+    reach: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[TreeDepths, dict[str, tuple[str, str]], dict[str, int]]:
     """Breadth-first from ``cause`` (see :func:`propagation_tree`), then the ranker's ``path``
     overlaid for drawing: ``(depth, parent, dist)``, parent being ``(node, edge kind)`` and
     ``dist`` each walked node's true distance in hops from ``cause``.
 
-    The walk is a plain shortest-path walk up to ``max_depth`` hops that does not cross a barrier
-    node: a node of the path is expanded at its true distance, however late it comes on the path.
+    The walk is a plain shortest-path walk up to ``max_depth`` hops, along ``reach`` (node -> the
+    nodes a fault of it reaches in one hop) where given, else along edges in both directions,
+    that does not cross a barrier node: a node of the path is expanded at its true distance, however late it comes on the path.
     It stops once every node of ``wanted`` is reached (farther nodes change nothing the tree keeps;
     the path's nodes the overlay places anyway are waited for only when they alert) or at
     ``max_nodes`` nodes (then ``depth.cut``). The path (as far as the graph has its hops) is
@@ -365,6 +388,7 @@ def _walk(
     node; a path node the walk did not reach (one behind a barrier) is drawn but not expanded.
     Every node's ``depth`` is its parent's plus one: the column :func:`tree_svg` draws it in."""
     adj, barriers = _adjacency(graph)
+    nbrs = adj if reach is None else _directed(graph, reach)
     chain = _path_chain(adj, cause, path)
     dist = {cause: 0}
     parent: dict[str, tuple[str, str]] = {}
@@ -380,7 +404,7 @@ def _walk(
         for u in frontier:
             if u in barriers and u != cause:
                 continue
-            for v, kind in adj.get(u, []):
+            for v, kind in nbrs.get(u, []):
                 if v in dist:
                     continue
                 if len(dist) >= max_nodes:
@@ -420,12 +444,16 @@ def propagation_tree(
     max_depth: int = 4,
     max_targets: int = 12,
     max_nodes: int = MAX_TREE_NODES,
+    reach: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[TreeDepths, list[tuple[str, str, str]]]:
     """How a fault at ``cause`` reaches the incident's alerting nodes: a shortest-path tree.
 
-    Breadth-first from ``cause`` over the graph's edges in both directions, up to ``max_depth``
-    hops; nodes incident grouping does not cross are reached but not crossed (``cluster`` nodes,
-    Services that ``runs_on`` several hosts, such as the kubelet's, and infrastructure several
+    Breadth-first from ``cause``, up to ``max_depth`` hops, along ``reach``: node id -> the node
+    ids a fault of it reaches in one hop (the incident page passes the notifier's table,
+    :func:`~fleetmind.serving.incidents.manager.dependents`: what depends on a node, a pod's
+    Service, a link's GPUs; never from a pod to its host or GPU); without it, along the graph's
+    edges in both directions (a neighbourhood, not what a fault explains). Nodes incident
+    grouping does not cross are reached but not crossed (``cluster`` nodes, Services that ``runs_on`` several hosts, such as the kubelet's, and infrastructure several
     clusters depend on, such as a global DNS: see :func:`~fleetmind.serving.graphstore.barrier_nodes`
     and :func:`~fleetmind.serving.graphstore.shared_nodes`). The walk visits at most ``max_nodes``
     nodes (then the returned depths' ``cut`` is set). The tree keeps the nodes on the paths to the
@@ -445,7 +473,7 @@ def propagation_tree(
         return TreeDepths(), []
     whole_path = all(n in graph.index for n in path)
     wanted = {n for n in alerting if n in graph.index} | (set(path) if whole_path else set())
-    depth, parent, dist = _walk(graph, cause, path, wanted, max_depth, max_nodes, alerting)
+    depth, parent, dist = _walk(graph, cause, path, wanted, max_depth, max_nodes, alerting, reach)
     targets = sorted(
         (n for n in alerting if n in depth and n != cause),
         key=lambda n: (dist.get(n, depth[n]), n),
@@ -472,11 +500,12 @@ MAX_UNEXPLAINED_LISTED = 8
 
 
 def _unexplained_note(unexplained: Sequence[str]) -> str:
-    """The line under a drawing naming the alerting nodes its cause does not explain."""
+    """The line under a drawing naming the alerting nodes its cause does not explain, each id cut
+    like a box's label (:func:`short_id`, at most :data:`_MAX_LABEL` columns)."""
     if not unexplained:
         return ""
     names = sorted(unexplained)
-    shown = ", ".join(isolate(n) for n in names[:MAX_UNEXPLAINED_LISTED])
+    shown = ", ".join(isolate(short_id(n)) for n in names[:MAX_UNEXPLAINED_LISTED])
     more = len(names) - MAX_UNEXPLAINED_LISTED
     tail = f" and {more:,} more" if more > 0 else ""
     return f"Not explained by this cause (no dependency path from it): {shown}{tail}"
