@@ -287,8 +287,11 @@ def severity_for(
 ) -> str | None:
     """``severity`` of the FleetMindRootCause alert for a top cause's ``score``.
 
-    The GAT's top score is a calibrated probability that the cause is the root (temperature
-    scaling, ``fleetmind rca calibrate``), so the thresholds read as "right at least this often":
+    The GAT's top score is a probability that the cause is the root, its temperature fitted on
+    simulated incidents (``fleetmind rca calibrate``; ``calibration.fitted_on`` of the model's
+    ``config.json``), so the thresholds read as "right at least this often" on such incidents
+    only, no promise on a real system (docs/operators.md: on PetShop and Train Ticket 2 of 13
+    critical pages named the root):
     ``critical`` from ``FLEETMIND_NOTIFY_CRITICAL_SCORE``, ``warning`` from
     ``FLEETMIND_NOTIFY_WARNING_SCORE``, and ``None`` (no alert) below, or for a score that is not
     a finite number. A method outside :data:`CALIBRATED_METHODS` (a baseline the service fell
@@ -994,7 +997,9 @@ def confidence_words(
     if sev is None:
         return f"low confidence ({pct}): not sent; treat the list as leads"
     outcome = _outcome(sev, settings, sent, is_open, failing, dropped)
-    calib = {True: ", calibrated", False: ", uncalibrated"}.get(calibrated, "")
+    calib = {True: ", calibrated on simulated incidents", False: ", uncalibrated"}.get(
+        calibrated, ""
+    )
     if sev == "critical" and float(score) < settings.notify_critical_score:
         return (
             f"critical held ({pct}{calib}; within FLEETMIND_NOTIFY_SEVERITY_MARGIN below "

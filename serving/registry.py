@@ -10,7 +10,10 @@ References (``FLEETMIND_RCA_MODEL`` / ``FLEETMIND_PLACEMENT_MODEL``):
 * unset: the released artifact (``models/rca/``, ``models/placement/``) through the peer loaders
   ``rca.gat_analyzer.GATAnalyzer.load(None)`` and ``rl.policy_adapter.load_ppo_policy(None)``;
 * a local path or an MLflow URI (``models:/fleetmind-rca@champion``): passed to the same loaders;
-* ``baseline:<name>`` / ``heuristic:<name>``: serve that baseline or heuristic on purpose.
+* ``baseline:<name>`` / ``heuristic:<name>``: serve that baseline or heuristic on purpose;
+* a local folder written by ``fleetmind rca fit`` (``config.json`` format ``fleetmind-rca-fit``):
+  served as the method ``gat_fit`` (:class:`FittedProbabilityAnalyzer`), whose scores are a
+  softmax over the graph's nodes, not calibrated (``calibrated: false``).
 
 When the model cannot be loaded (loader module absent, artifact missing or corrupt) the registry falls
 back to the best baseline (RCA) or heuristic (placement) and records ``fallback_reason``; responses
@@ -36,15 +39,18 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.rca import baselines
-from fleetmind.rca.base import BaseAnalyzer
+from fleetmind.rca.base import BaseAnalyzer, RCAResult
+from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
 from fleetmind.serving.scheduler.placement import (
     BestFitPlacer,
@@ -91,7 +97,12 @@ class LoadedModel:
     loaded_at: float
     calibrated: bool | None = None
     """RCA: whether the model's top score is a calibrated probability (a GAT whose ``config.json``
-    holds a fitted temperature); ``None`` where it does not apply (placement, baselines)."""
+    holds a fitted temperature); ``None`` where it does not apply (placement, baselines).
+    "Calibrated" says only that a temperature was fitted, on simulated incidents: see
+    :attr:`calibration_fitted_on`, not that a score is right that often on a real system."""
+    calibration_fitted_on: dict[str, Any] | None = field(default=None, compare=False)
+    """RCA: ``calibration.fitted_on`` of the model's ``config.json`` (the incidents its temperature
+    was fitted on: ``data``, ``split``, ``n``, ``generator``), ``None`` without one."""
 
     def __post_init__(self) -> None:
         # paths with bytes that are not UTF-8 (os.fsdecode's lone surrogates) cannot be written
@@ -108,6 +119,7 @@ class LoadedModel:
             "fallback_reason": self.fallback_reason,
             "loaded_at": datetime.fromtimestamp(self.loaded_at, UTC).isoformat(),
             "calibrated": self.calibrated,
+            "calibration_fitted_on": self.calibration_fitted_on,
         }
 
 
@@ -345,11 +357,15 @@ class ModelRegistry:
         if ref and ref.startswith("baseline:"):
             analyzer = make_rca_baseline(ref.split(":", 1)[1])
             return LoadedModel("rca", analyzer, analyzer.name, None, ref, None, now)
+        if not pinned and ref and _is_fit_folder(ref):
+            return self._load_fitted_rca(ref, now)
         try:
             mod = importlib.import_module("fleetmind.rca.gat_analyzer")
             analyzer = mod.GATAnalyzer.load(pinned or ref)
             self._count("rca", True)
-            calibrated = isinstance(getattr(analyzer, "meta", {}).get("calibration"), dict)
+            calibration = getattr(analyzer, "meta", {}).get("calibration")
+            calibrated = isinstance(calibration, dict)
+            fitted_on = calibration.get("fitted_on") if calibrated else None
             if not calibrated:  # the notifier reads its top score as a probability
                 log.warning(
                     "RCA model %s has no fitted temperature: its scores are not calibrated "
@@ -366,6 +382,7 @@ class ModelRegistry:
                 None,
                 now,
                 calibrated,
+                fitted_on if isinstance(fitted_on, dict) else None,
             )
         except ImportError as err:
             reason = f"GAT analyzer not available (rca.gat_analyzer: {err})"
@@ -373,6 +390,32 @@ class ModelRegistry:
             reason = f"GAT model not loaded: {err}"
         except Exception as err:  # a broken artifact must not stop the service
             reason = f"GAT model not loaded: {type(err).__name__}: {err}"
+        self._count("rca", False)
+        analyzer = best_rca_baseline()
+        return LoadedModel("rca", analyzer, analyzer.name, None, None, printable(reason), now)
+
+    def _load_fitted_rca(self, ref: str, now: float) -> LoadedModel:
+        """The ``gat_fit`` model of the ``fleetmind rca fit`` folder ``ref``, else the best
+        baseline with the reason (a folder that cannot be loaded: another format version)."""
+        try:
+            analyzer = FittedProbabilityAnalyzer(FittedGATAnalyzer.load(ref))
+        except FleetMindError as err:
+            reason = f"fitted RCA model not loaded: {err}"
+        except Exception as err:  # a broken artifact must not stop the service
+            reason = f"fitted RCA model not loaded: {type(err).__name__}: {err}"
+        else:
+            self._count("rca", True)
+            log.warning(
+                "RCA model %s was fitted by 'fleetmind rca fit' on %r: its scores are a softmax "
+                "over the graph's nodes, not calibrated probabilities; its causes notify as "
+                "warnings only. It reads the metric detector's z_score / delta / baseline "
+                "annotations; an alert without them counts as a plain alert",
+                ref,
+                analyzer.meta.get("graph") or "one system",
+            )
+            return LoadedModel(
+                "rca", analyzer, analyzer.name, analyzer.version, ref, None, now, False
+            )
         self._count("rca", False)
         analyzer = best_rca_baseline()
         return LoadedModel("rca", analyzer, analyzer.name, None, None, printable(reason), now)
@@ -419,6 +462,55 @@ class ModelRegistry:
 
 
 _LABEL = {"rca": "RCA", "placement": "placement"}
+
+
+def _is_fit_folder(ref: str) -> bool:
+    """Whether ``ref`` is a local folder (or its ``config.json``) written by ``fleetmind rca fit``."""
+    try:
+        return is_fit_artifact(ref)
+    except (OSError, ValueError):  # a path the OS refuses (too long, a NUL byte)
+        return False
+
+
+class FittedProbabilityAnalyzer(BaseAnalyzer):
+    """A model of ``fleetmind rca fit`` (:class:`fleetmind.rca.fit_model.FittedGATAnalyzer`) as
+    the service serves it: the same ranking, each score the softmax of the node's logit over
+    every node of the graph it ranks (candidates sum to 1 before ``top_k`` cuts the list).
+
+    The scores are probabilities in form only: no temperature was fitted (``calibrated:
+    false``), and the method ``gat_fit`` is outside
+    :data:`fleetmind.serving.notify.CALIBRATED_METHODS`, so its causes notify as warnings.
+    """
+
+    name: ClassVar[str] = "gat_fit"
+
+    def __init__(self, fitted: Any) -> None:
+        super().__init__(None)
+        self.fitted = fitted
+        self.meta: dict[str, Any] = dict(getattr(fitted, "meta", {}) or {})
+
+    @property
+    def version(self) -> str | None:
+        return _version_of(self.fitted)
+
+    def find_root_causes(
+        self, graph: Any, alerts: Sequence[dict[str, Any]], top_k: int | None = None
+    ) -> RCAResult:
+        """Rank every node of ``graph`` (``|V|`` nodes); scores: softmax over them, in [0, 1]."""
+        result = self.fitted.find_root_causes(graph, alerts, None)
+        logits = np.array([c.score for c in result.causes], dtype=float)
+        if logits.size:
+            finite = np.where(np.isfinite(logits), logits, -np.inf)
+            top = finite.max() if np.isfinite(finite.max()) else 0.0
+            e = np.exp(finite - top)
+            total = e.sum()
+            probs = e / total if total > 0 else np.full(logits.size, 1.0 / logits.size)
+        else:
+            probs = logits
+        causes = [replace(c, score=float(p)) for c, p in zip(result.causes, probs, strict=True)]
+        if top_k is not None:
+            causes = causes[:top_k]
+        return RCAResult(causes=causes, method=self.name, model_version=self.version)
 
 
 def _log_fallbacks(models: ModelSet) -> None:

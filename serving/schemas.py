@@ -527,8 +527,15 @@ class ModelInfo(BaseModel):
     loaded_at: str
     calibrated: bool | None = Field(
         None,
-        description="RCA: whether the top score is a calibrated probability (a GAT with a fitted "
-        "temperature); null for placement and baselines",
+        description="RCA: whether a temperature was fitted to the model's top score (a GAT whose "
+        "config.json holds one), on the simulated incidents calibration_fitted_on names: no "
+        "promise of how often a score is right on a real system; false for a model of "
+        "'fleetmind rca fit' (gat_fit) or a GAT without one; null for placement and baselines",
+    )
+    calibration_fitted_on: dict[str, Any] | None = Field(
+        None,
+        description="RCA: the incidents the temperature was fitted on (config.json "
+        "calibration.fitted_on: data, split, n, generator); null without a fitted temperature",
     )
 
 

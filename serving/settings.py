@@ -628,14 +628,16 @@ class Settings(BaseSettings):
         ge=0,
         le=1,
         description="a settled root cause whose calibrated score is at least this is sent with "
-        "severity critical",
+        "severity critical (calibrated on simulated incidents only, no promise of how often a "
+        "page is right on a real system: docs/operators.md)",
     )
     notify_warning_score: float = Field(
         0.3,
         ge=0,
         le=1,
         description="a settled root cause scored at least this (and below the critical score) is "
-        "sent with severity warning; below it, no FleetMindRootCause alert is sent",
+        "sent with severity warning; below it, no FleetMindRootCause alert is sent (the score "
+        "is calibrated on simulated incidents only: docs/operators.md)",
     )
 
     @field_validator("notify_warning_score")

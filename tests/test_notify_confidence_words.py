@@ -69,7 +69,9 @@ def _words(c: TestClient, inc_id: int) -> str:
 # ------------------------------------------------------------------ calibrated / uncalibrated
 def test_the_words_say_uncalibrated_for_a_model_without_a_temperature(tmp_path: Path) -> None:
     s = _settings(tmp_path)
-    assert confidence_words(0.93, s, "gat").startswith("high confidence (93 %, calibrated)")
+    assert confidence_words(0.93, s, "gat").startswith(
+        "high confidence (93 %, calibrated on simulated incidents)"
+    )
     uncal = confidence_words(0.93, s, "gat", calibrated=False)
     assert uncal.startswith("high confidence (93 %, uncalibrated)")
     assert confidence_words(0.93, s, "gat", calibrated=None).startswith("high confidence (93 %)")

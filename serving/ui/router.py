@@ -151,6 +151,7 @@ def templates() -> Environment:
     env.filters["wbr"] = breakable
     env.filters["bdi"] = bdi
     env.filters["isolate"] = isolate
+    env.globals["calibrated_methods"] = CALIBRATED_METHODS  # incident.html: bars as probabilities
     return env
 
 
