@@ -96,6 +96,7 @@ GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 ``gcloud container node-pools create``). GKE runs no GPU feature discovery by default, so its
 nodes carry no ``nvidia.com/gpu.product``; :data:`GKE_ACCELERATOR_MODELS` names the model."""
 GKE_ACCELERATOR_MODELS: dict[str, str] = {
+    "nvidia-gb200": "NVIDIA-GB200",
     "nvidia-b200": "NVIDIA-B200",
     "nvidia-h200-141gb": "NVIDIA-H200",
     "nvidia-h100-mega-80gb": "NVIDIA-H100-80GB-HBM3",
@@ -108,24 +109,34 @@ GKE_ACCELERATOR_MODELS: dict[str, str] = {
 """GPU model, spelled as GPU feature discovery's ``nvidia.com/gpu.product`` would (NVML's name,
 dashes for spaces), per :data:`GKE_ACCELERATOR_LABEL` value, for a node without that label. The
 values and their machine series are GKE's "Run GPUs in GKE Standard node pools"
-(https://cloud.google.com/kubernetes-engine/docs/how-to/gpus): ``nvidia-b200`` A4 (HGX B200),
+(https://cloud.google.com/kubernetes-engine/docs/how-to/gpus): ``nvidia-gb200`` A4X
+(``a4x-highgpu-4g``, 4 GB200 GPUs per node, one tray of a GB200 NVL72 rack: ``gb200-4`` in
+``src/xpk/core/system_characteristics.py`` of AI-Hypercomputer/xpk, ``chips_per_vm=4``; the
+``gb200-tray`` template), ``nvidia-b200`` A4 (HGX B200),
 ``nvidia-h200-141gb`` A3 Ultra (HGX H200), ``nvidia-h100-80gb`` A3 High and
 ``nvidia-h100-mega-80gb`` A3 Mega (both the H100 SXM5 80 GB HBM3 board), ``nvidia-tesla-a100`` A2
 Standard (A100 SXM4 40 GB) and ``nvidia-a100-80gb`` A2 Ultra (A100 SXM4 80 GB), ``nvidia-l4`` G2,
 ``nvidia-tesla-t4``. Other values (``nvidia-rtx-pro-6000``, ``nvidia-tesla-v100``...) name no
 model: no built-in template describes them, or their form factor is not documented there."""
 OTHER_DEVICE_PATTERN = (
-    "amd_com_.+|habana_ai_.+|google_com_tpu|gpu_intel_com_.+|aws_amazon_com_neuron.*"
+    "amd_com_gpu(_[pv]f)?|amd_com_[a-z]px_nps[0-9]+"
+    "|habana_ai_.+|google_com_tpu|gpu_intel_com_.+|aws_amazon_com_neuron.*"
 )
 """Extended resources of accelerators FleetMind does not model, as kube-state-metrics names them
 (each character of the resource name that is not a letter, digit or ``_`` becomes ``_``,
 ``SanitizeLabelName`` in ``internal/store/node.go`` of kubernetes/kube-state-metrics), as a
-regular expression matched whole (PromQL's RE2 and Python's ``re`` read it alike): AMD's
-GPUs (``amd.com/gpu``, and the partitions of its device plugin's ``mixed`` naming such as
-``amd.com/cpx_nps4``), Intel Gaudi (``habana.ai/gaudi``), Google TPUs (``google.com/tpu``),
+regular expression matched whole (PromQL's RE2 and Python's ``re`` read it alike, no
+lookahead): AMD's GPUs as ROCm/k8s-device-plugin names them (``amd.com/gpu``; ``amd.com/gpu_vf``
+and ``amd.com/gpu_pf`` of its passthrough drivers, ``DeviceTypeGPUVF`` / ``DeviceTypeGPUPF`` in
+``internal/pkg/types/constants.go``; and under ``--resource_naming_strategy=mixed`` one resource
+per partition mode, the GPU's ``current_compute_partition`` and ``current_memory_partition``
+lowercased and joined by ``_``, ``internal/pkg/amdgpu/amdgpu.go``: ``amd.com/cpx_nps4``,
+``amd.com/spx_nps1``), Intel Gaudi (``habana.ai/gaudi``), Google TPUs (``google.com/tpu``),
 Intel GPUs (``gpu.intel.com/i915``, ``gpu.intel.com/xe``) and AWS Neuron
-(``aws.amazon.com/neuron``, ``aws.amazon.com/neuroncore``). Not every resource of other vendors
-(SR-IOV NICs under ``intel.com/``), and no NVIDIA resource (those are GPUs FleetMind reads)."""
+(``aws.amazon.com/neuron``, ``aws.amazon.com/neuroncore``). Not every resource of other vendors:
+not SR-IOV NICs under ``intel.com/``, nor the NICs of AMD's network operator (``amd.com/nic``,
+``amd.com/vnic``: ``docs/device_plugin/deviceplugin.md`` of ROCm/network-operator); and no
+NVIDIA resource (those are GPUs FleetMind reads)."""
 
 
 def is_other_device(resource: str) -> bool:
@@ -587,7 +598,7 @@ def _add_hosts(
                     b.edge(link, f"{c}/gpu/{nm}/{i}", "attached_to")
     if no_model:
         _warn_no_model(no_model)
-    _warn_other_accelerators(node_items)
+    _warn_other_accelerators(node_items, gpus_of)
     for nm in sorted(set(nvlinks) - set(gpus_of)):
         warnings.warn(
             f"NVLinks of node {_short(nm)} left out: no Node of the cluster has that name (the "
@@ -629,11 +640,14 @@ def _warn_no_model(hosts: list[tuple[str, Any]]) -> None:
     )
 
 
-def _warn_other_accelerators(node_items: list[dict[str, Any]]) -> None:
+def _warn_other_accelerators(node_items: list[dict[str, Any]], gpus_of: Mapping[str, int]) -> None:
     """One :class:`GraphBuildWarning` naming the nodes that advertise a positive capacity (else
     allocatable) of an accelerator other than NVIDIA GPUs (:func:`is_other_device`): the graph
-    has no nodes for those devices."""
-    found: list[str] = []
+    has no nodes for those devices. ``gpus_of``: NVIDIA GPUs per node name (:func:`_gpu_count`);
+    a node with none is in the graph without GPU nodes, one with some with its NVIDIA GPUs only,
+    and the warning names the two apart."""
+    bare: list[str] = []  # no NVIDIA GPU: the host has no GPU nodes
+    beside: list[str] = []  # NVIDIA GPUs too: only those are in the graph
     for n in node_items:
         status = _obj(n.get("status"))
         res: dict[str, int] = {}
@@ -642,13 +656,21 @@ def _warn_other_accelerators(node_items: list[dict[str, Any]]) -> None:
                 if is_other_device(str(r)) and (_int_or_none(v) or 0) > 0:
                     res[str(r)] = _int_or_none(v) or 0
         if res:
+            nm = str(_meta(n).get("name") or "")
             what = ", ".join(f"{r} x{q}" for r, q in sorted(res.items()))
-            found.append(f"{_short(str(_meta(n).get('name') or ''), 60)} ({what})")
-    if found:
-        shown = "; ".join(found[:3]) + ("; ..." if len(found) > 3 else "")
+            (beside if gpus_of.get(nm) else bare).append(f"{_short(nm, 60)} ({what})")
+    parts = []
+    for found, where in (
+        (bare, "in the graph without GPU nodes"),
+        (beside, "in the graph with their NVIDIA GPUs only"),
+    ):
+        if found:
+            shown = "; ".join(found[:3]) + ("; ..." if len(found) > 3 else "")
+            parts.append(f"{len(found)} host(s) {where}: {shown}")
+    if parts:
         warnings.warn(
-            f"accelerators of {len(found)} node(s) not modelled: FleetMind models NVIDIA GPUs "
-            f"only ({shown}); their hosts are in the graph without GPU nodes",
+            f"accelerators of {len(bare) + len(beside)} node(s) not modelled (FleetMind models "
+            f"NVIDIA GPUs only); {'; '.join(parts)}",
             GraphBuildWarning,
             stacklevel=4,
         )

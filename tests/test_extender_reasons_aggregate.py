@@ -93,10 +93,13 @@ def test_failed_nodes_aggregate_into_a_few_reasons_that_fit_the_event(client: Te
 
 def test_each_cause_is_named_apart(client: TestClient) -> None:
     """Busy per DCGM, no DCGM reading, unhealthy and held read differently; none of the
-    telemetry causes says "held", and a placeholder GPU points at the exporter, not health."""
+    telemetry causes says "held", and a placeholder GPU points at the exporter, not health
+    (on a node that reports some GPUs: one reporting none is judged as an unknown node)."""
+    noread = _node("noread", free=0, missing=True, healthy=False)
+    noread.gpus[:2] = _node("noread", free=0).gpus[:2]  # 2 report, busy; 6 placeholders
     nodes = [
         _node("busy", free=2),
-        _node("noread", free=0, missing=True, healthy=False),
+        noread,
         _node("sick", healthy=False),
         _node("free"),
     ]

@@ -308,7 +308,7 @@ def test_placements_say_every_node_is_cordoned_or_not_ready(client: TestClient) 
     r = client.post("/api/v1/placements", json={"job_id": "j", "num_gpu": 4, "reserve": True})
     assert r.status_code == 409
     detail = r.json()["detail"]
-    assert "every node is cordoned or not Ready" in detail
+    assert "every node is cordoned, not Ready or being removed" in detail
     assert "n1 (cordoned, not ready (status unknown))" in detail
     fleet = client.get("/api/v1/fleet").json()["nodes"][0]
     assert all(g["free_milli"] == 1000 for g in fleet["gpus"])  # nothing was reserved
@@ -320,7 +320,10 @@ def test_a_409_names_the_nodes_left_out(client: TestClient) -> None:
     _serve(client, _two_nodes(True, "true"))
     r = client.post("/api/v1/placements", json={"num_gpu": 6, "gpu_milli": 1000})
     assert r.status_code == 409
-    assert "1 node(s) cordoned or not Ready were left out: n1 (cordoned)" in r.json()["detail"]
+    assert (
+        "1 node(s) cordoned, not Ready or being removed were left out: n1 (cordoned)"
+        in r.json()["detail"]
+    )
 
 
 def test_fleet_page_shows_cordoned_nodes(client: TestClient) -> None:

@@ -20,6 +20,7 @@ Other vendors' device plugins advertise ``amd.com/gpu`` (ROCm/k8s-device-plugin)
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -75,6 +76,24 @@ def test_gke_accelerator_label_names_the_model_and_template_links() -> None:
     assert warned == []
 
 
+def test_gke_a4x_gb200_node_gets_the_gb200_tray_links() -> None:
+    """A4X: ``nvidia-gb200``, 4 GB200 per ``a4x-highgpu-4g`` node (GKE's GPU page; ``gb200-4`` of
+    ``src/xpk/core/system_characteristics.py`` in AI-Hypercomputer/xpk, ``chips_per_vm=4``)."""
+    labels = {
+        "cloud.google.com/gke-accelerator": "nvidia-gb200",
+        "cloud.google.com/gke-gpu": "true",
+        "node.kubernetes.io/instance-type": "a4x-highgpu-4g",
+    }
+    gke = _node("gke-a4x-1", labels, {"nvidia.com/gpu": "4"})
+    gfd = _node("gfd-gb200-1", {"nvidia.com/gpu.product": "NVIDIA-GB200"}, {"nvidia.com/gpu": "4"})
+    g, warned = _build([gke, gfd], template_links=True)
+    assert warned == []  # before: "no GPU model ... no cloud.google.com/gke-accelerator value"
+    hosts = {n.id: n for n in g.nodes if n.kind == "host"}
+    assert hosts["prod/host/gke-a4x-1"].attrs["gpu_model"] == "NVIDIA-GB200"
+    links = Counter(n.id.split("/")[2] for n in g.nodes if n.kind == "link")
+    assert links["gke-a4x-1"] == links["gfd-gb200-1"] == 6  # every pair of the tray's 4 GPUs
+
+
 def test_gfd_product_label_wins_over_the_gke_accelerator() -> None:
     node = _gke_a3()
     node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3-SHARED"
@@ -119,6 +138,41 @@ def test_other_vendors_accelerators_are_named_not_dropped(
     assert "1 node(s)" in warned[0] and "'acc-1'" in warned[0] and f"{resource} x8" in warned[0]
     assert "acc-0" not in warned[0] and "nv-1" not in warned[0]
     assert sum(n.kind == "gpu" for n in g.nodes) == 8  # the NVIDIA node's only
+    assert "1 host(s) in the graph without GPU nodes: 'acc-1'" in warned[0]
+    assert "NVIDIA GPUs only (" not in warned[0]
+
+
+def test_other_devices_beside_nvidia_gpus_are_not_called_hosts_without_gpu_nodes() -> None:
+    """An Intel integrated GPU (``gpu.intel.com/i915``, intel/intel-device-plugins-for-kubernetes)
+    beside two NVIDIA GPUs: the host keeps its 2 GPU nodes, so the warning must not say it has
+    none (it said "their hosts are in the graph without GPU nodes" of every node)."""
+    ws = _node(
+        "ws-1",
+        {"nvidia.com/gpu.product": "NVIDIA-RTX-6000-Ada-Generation"},
+        {"nvidia.com/gpu": "2", "gpu.intel.com/i915": "1"},
+    )
+    gaudi = _node("gaudi-1", {"habana.ai/gaudi": "true"}, {"habana.ai/gaudi": "8"})
+    g, warned = _build([ws, gaudi])
+    assert sum(n.kind == "gpu" for n in g.nodes) == 2
+    assert len(warned) == 1
+    assert "accelerators of 2 node(s) not modelled" in warned[0]
+    assert "1 host(s) in the graph without GPU nodes: 'gaudi-1' (habana.ai/gaudi x8)" in warned[0]
+    assert (
+        "1 host(s) in the graph with their NVIDIA GPUs only: 'ws-1' (gpu.intel.com/i915 x1)"
+        in warned[0]
+    )
+    _, alone = _build([ws])
+    assert len(alone) == 1 and "without GPU nodes" not in alone[0] and "'ws-1'" in alone[0]
+
+
+def test_amd_network_operator_nics_are_no_accelerators() -> None:
+    """``amd.com/nic`` / ``amd.com/vnic`` (ROCm/network-operator ``docs/device_plugin/
+    deviceplugin.md``: the AI NICs' PFs and VFs) on an H100 node: no warning of devices not
+    modelled (the ``amd_com_.+`` pattern took them for AMD GPUs)."""
+    nic = {"nvidia.com/gpu": "8", "amd.com/nic": "8", "amd.com/vnic": "8"}
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    _, warned = _build([_node("h100-pollara-1", labels, nic)])
+    assert warned == []
 
 
 def _gke_timeshared_ksm(labels: dict[str, str]) -> list[Sample]:

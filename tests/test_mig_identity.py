@@ -28,6 +28,7 @@ import pytest
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.health import HealthModel, fleet_health, snapshot_signals
+from fleetmind.serving.telemetry import doctor
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 from fleetmind.serving.telemetry.nvml import NvmlSource
 from fleetmind.serving.telemetry.prometheus import Sample, build_nodes
@@ -63,12 +64,16 @@ def _mig_change_fleet() -> list[NodeState]:
     return build_nodes(_busy("ok-0"), ksm)
 
 
-def test_single_strategy_node_mid_mig_change_has_one_placeholder_per_physical_gpu() -> None:
+def test_node_mid_mig_change_gets_no_placeholders() -> None:
+    """Nothing is lost while the MIG manager has the plugin paused: no placeholder, with or
+    without GFD's product label (GFD is paused too, and NVIDIA/k8s-device-plugin
+    ``gpu-feature-discovery`` removes its output file, so its labels, on exit)."""
     mig = next(n for n in _mig_change_fleet() if n.name == "mig-0")
-    assert [(g.index, g.missing, g.healthy) for g in mig.gpus] == [
-        (i, True, False) for i in range(8)
-    ]
-    assert mig.device_plugin == "paused-for-mig-change"
+    assert (mig.gpus, mig.device_plugin) == ([], "paused-for-mig-change")
+    ksm = [*ksm_node("mig-0", 56.0, 0.0), _labels("mig-0", plugin="paused-for-mig-change")]
+    (n,) = build_nodes([], ksm)
+    assert n.gpus == []
+    assert doctor._missing_gpus(FleetSnapshot("prometheus", [n])) == []
 
 
 def test_node_paused_for_mig_change_is_out_of_cluster_health() -> None:
@@ -152,3 +157,93 @@ def test_nvml_gpu_with_mig_pending_is_not_a_whole_idle_gpu(monkeypatch: pytest.M
     (node,) = NvmlSource(cluster="c0").collect().nodes
     assert [(g.index, g.healthy, g.free_milli > 0) for g in node.gpus] == [
         (0, True, True), (1, True, False)]  # fmt: skip
+
+
+A100_40 = "NVIDIA A100-SXM4-40GB"
+
+
+def _a100(node: str, instances: list[tuple[int, int, str]]) -> list[Sample]:
+    """dcgm-exporter MIG samples (:func:`_mig`) of an A100-SXM4-40GB (``modelName``)."""
+    return [(m, {**lab, "modelName": A100_40}, v) for m, lab, v in _mig(node, instances)]
+
+
+def test_single_strategy_a100_40gb_1g10gb_without_label_counts_four_per_gpu() -> None:
+    """An A100-40GB is cut into 4 x 1g.10gb (NVIDIA MIG user guide, A100 profiles table;
+    mig-parted ``all-1g.10gb``), not 7: 8 GPUs = 32 devices; GPU 5 lost, no product label."""
+    inst = [(g, gi, "1g.10gb") for g in range(8) if g != 5 for gi in (3, 4, 5, 6)]
+    (n,) = build_nodes(_a100("a", inst), ksm_node("a", 32.0, 28.0))
+    assert [g.index for g in n.gpus if g.missing] == [5]
+
+
+def test_reported_instances_win_over_a_stale_product_label() -> None:
+    """DCGM reports 8 GPUs x 7 x 1g.10gb (capacity 56) while the label still says 3g.40gb (2 per
+    GPU, 28 GPUs): the live series hold, nothing is lost."""
+    inst = [(g, gi, "1g.10gb") for g in range(8) for gi in range(7, 14)]
+    ksm = [*ksm_node("st", 56.0, 56.0), _labels("st", "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb")]
+    (n,) = build_nodes(_mig("st", inst), ksm)
+    assert [g.index for g in n.gpus if g.missing] == []
+
+
+def _mig_resource(node: str, profile: str, v: float) -> list[Sample]:
+    """kube-state-metrics' ``nvidia.com/mig-<profile>`` capacity and allocatable of ``node``."""
+    return [("node_gpus", {"__name__": f"kube_node_status_{m}", "node": node,
+                           "resource": f"nvidia_com_mig_{profile.replace('.', '_')}"}, v)
+            for m in ("capacity", "allocatable")]  # fmt: skip
+
+
+def test_mixed_strategy_whose_only_whole_gpu_is_lost_is_a_placeholder() -> None:
+    """Mixed: GPUs 0-1 all-1g.10gb (``nvidia.com/mig-1g.10gb`` 14), GPU 2 MIG disabled
+    (``nvidia.com/gpu`` 1) fell off the bus: capacity 1, allocatable 0, no whole GPU reported."""
+    inst = [(g, gi, "1g.10gb") for g in (0, 1) for gi in range(7, 14)]
+    ksm = [*ksm_node("mx", 1.0, 0.0), *_mig_resource("mx", "1g.10gb", 14.0),
+           _labels("mx", "NVIDIA-H100-80GB-HBM3")]  # fmt: skip
+    (n,) = build_nodes(_mig("mx", inst), ksm)
+    assert [g.index for g in n.gpus if g.missing] == [2]
+
+
+def test_doctor_names_the_mig_profile_labels() -> None:
+    """The missing-GPUs hint names every label a MIG node's count needs in the allowlist."""
+    node = NodeState("n", "c", gpus=[GpuState(0, "x", healthy=False, free_milli=0, missing=True)])
+    (finding,) = doctor._missing_gpus(FleetSnapshot("prometheus", [node]))
+    assert "nvidia.com/gpu.product" in finding.message
+    assert "cloud.google.com/gke-gpu-partition-size" in finding.message
+
+
+def test_virtual_gpus_idle_mig_node_gpus_are_healthy_with_nothing_free() -> None:
+    """dcgm-exporter ``--kubernetes-virtual-gpus`` exports no GPU no pod holds: an 8 x 7 x
+    1g.10gb single-strategy node with nothing held is 8 MIG GPUs of instances not known (healthy,
+    nothing free, as ``nvml`` reports them), not 8 lost GPUs; allocatable 49 of 56 leaves one
+    GPU's worth out: 7 such GPUs and 1 placeholder."""
+    held = [
+        (m, {**lab, "vgpu": "0", "pod": "p", "namespace": "ml"}, v) for m, lab, v in dcgm("ts", 1)
+    ]
+    for alloc, placeholders in ((56.0, 0), (49.0, 1)):
+        ksm = [
+            *ksm_node("ts", 1.0, 1.0),
+            *ksm_node("mig-0", 56.0, alloc),
+            _labels("mig-0", H100_MIG_1G),
+        ]
+        m = next(n for n in build_nodes(held, ksm) if n.name == "mig-0")
+        assert len(m.gpus) == 8
+        assert sum(g.missing for g in m.gpus) == placeholders
+        assert [g.free_milli for g in m.gpus if not g.missing] == [0] * (8 - placeholders)
+        assert all(g.healthy for g in m.gpus if not g.missing)
+
+
+def test_mig_invalid_product_adds_no_placeholder() -> None:
+    """GFD labels ``-MIG-INVALID`` where the single strategy's GPUs disagree (all-balanced: 3g.40gb,
+    2g.20gb, 2 x 1g.10gb each): the instances per GPU are not known, so none is added (not 56)."""
+    bal = [(g, gi, prof) for g in range(8)
+           for gi, prof in ((1, "3g.40gb"), (5, "2g.20gb"), (9, "1g.10gb"), (10, "1g.10gb"))]  # fmt: skip
+    ksm = [*ksm_node("bal", 56.0, 0.0), _labels("bal", "NVIDIA-H100-80GB-HBM3-MIG-INVALID")]
+    (n,) = build_nodes(_mig("bal", bal), ksm)
+    assert [g.index for g in n.gpus if g.missing] == []
+
+
+def test_gke_partition_size_label_counts_physical_gpus() -> None:
+    """GKE runs no GPU feature discovery: its MIG node label ``cloud.google.com/gke-gpu-partition-size``
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi) gives the profile; an
+    8 x A100 node of 56 x 1g.5gb whose exporter is down has 8 placeholders, not 56."""
+    lab = {"node": "gke-0", "label_cloud_google_com_gke_gpu_partition_size": "1g.5gb"}
+    (n,) = build_nodes([], [*ksm_node("gke-0", 56.0, 56.0), ("node_gpu_replicas", lab, 1.0)])
+    assert [(g.index, g.missing) for g in n.gpus] == [(i, True) for i in range(8)]

@@ -141,6 +141,10 @@ def _holds(c: TestClient) -> dict[str, str]:
         "amd.com/gpu",
         "amd_com_gpu",
         "amd.com/cpx_nps4",
+        "amd.com/spx_nps1",
+        "amd.com/dpx_nps2",
+        "amd.com/gpu_vf",
+        "amd.com/gpu_pf",
         "habana.ai/gaudi",
         "google.com/tpu",
         "gpu.intel.com/i915",
@@ -167,6 +171,10 @@ def test_other_vendors_devices_are_recognised(name: str) -> None:
         "ephemeral-storage",
         "hugepages-2Mi",
         "intel.com/intel_sriov_netdevice",  # an SR-IOV NIC, not an accelerator
+        "amd.com/nic",  # AMD network operator's AI NIC PF (ROCm/network-operator), not a GPU
+        "amd.com/vnic",  # ... and its VF
+        "amd_com_vnic",
+        "amd.com/gpu-extra",
         "google.com/tpu-extra",
     ],
 )
@@ -202,14 +210,50 @@ def test_node_objects_mark_accelerator_nodes_without_kube_state_metrics(app: Tes
     assert max(scores[n] for n in (GAUDI, AMD, NV)) <= 2
 
 
-def test_an_allocatable_of_zero_is_no_accelerator_node(app: TestClient) -> None:
-    """A device plugin gone from the node leaves its resource at 0: a CPU node again."""
+def test_a_resource_of_zero_is_no_accelerator_node(app: TestClient) -> None:
+    """A device plugin gone from the node: the kubelet sets the resource's capacity to 0 and
+    keeps the name (``MachineInfo`` in ``pkg/kubelet/nodestatus/setters.go`` of
+    kubernetes/kubernetes, "Set capacity for removed resource to 0 on device removal"), and
+    allocatable with it: a CPU node again."""
     app.app.state.services.telemetry = SimSource(_nodes(other=False))
     gone = _node_obj(GAUDI)
+    gone["status"]["capacity"]["habana.ai/gaudi"] = "0"
     gone["status"]["allocatable"]["habana.ai/gaudi"] = "0"
     items = [gone, _node_obj(NV)]
     scores = _scores(app, {"Pod": _pod("web", {}), "Nodes": {"kind": "NodeList", "items": items}})
     assert scores[GAUDI] == 10 and scores[NV] == 2  # the GPU node: 2..0
+
+
+def test_unhealthy_devices_out_of_allocatable_still_mark_the_node(app: TestClient) -> None:
+    """All 8 Gaudis unhealthy: the device plugin reports them ``Unhealthy`` and the kubelet takes
+    them out of allocatable only (capacity 8, allocatable 0: ``GetCapacity`` in
+    ``pkg/kubelet/cm/devicemanager/manager.go`` of kubernetes/kubernetes counts healthy plus
+    unhealthy devices as capacity, healthy ones as allocatable). The node is still no CPU node:
+    the CPU pod keeps its 10 on the real CPU node (before, the Gaudi node read as a CPU node and
+    tied it)."""
+    app.app.state.services.telemetry = SimSource(_nodes(other=False))
+    sick = _node_obj(GAUDI)
+    sick["status"]["allocatable"]["habana.ai/gaudi"] = "0"
+    items = [sick, _node_obj(NV), _node_obj(CPU)]
+    scores = _scores(app, {"Pod": _pod("web", {}), "Nodes": {"kind": "NodeList", "items": items}})
+    assert scores[CPU] == 10 and scores[GAUDI] <= 2 and scores[NV] <= 2
+    assert _holds(app) == {"ml/web": CPU}
+
+
+def test_a_cpu_pod_asking_an_amd_nic_keeps_its_ranking(app: TestClient) -> None:
+    """``amd.com/vnic`` is an AI NIC's virtual function (ROCm/network-operator's device plugin),
+    not an accelerator: the pod is ranked by CPU and memory (before: passed through, all 0)."""
+    app.app.state.services.telemetry = SimSource(
+        [
+            NodeState("cpu-1", "c", [], 64000, 64000, 256000, 256000),
+            NodeState("cpu-2", "c", [], 64000, 8000, 256000, 16000),
+        ]
+    )
+    pod = _pod("nf", {"amd.com/vnic": "1"}, {"cpu": "4", "memory": "8Gi", "amd.com/vnic": "1"})
+    assert pod_request(pod).other_devices == ()
+    scores = _scores(app, {"Pod": pod, "NodeNames": ["cpu-1", "cpu-2"]})
+    assert scores["cpu-1"] == 10 and scores["cpu-2"] < 10
+    assert _holds(app) == {"ml/nf": "cpu-1"}
 
 
 @pytest.mark.parametrize(
@@ -299,9 +343,26 @@ def test_build_nodes_marks_other_devices_from_allocatable() -> None:
     assert accel == ["amd-1", "gaudi-1", "nv-1", "tpu-1"]
 
 
+@pytest.mark.parametrize("capacity_first", [True, False])
+def test_build_nodes_reads_the_capacity_of_other_devices(capacity_first: bool) -> None:
+    """kube-state-metrics exports ``kube_node_status_capacity`` beside ``_allocatable``, same
+    labels (``internal/store/node.go``): 8 unhealthy Gaudis read capacity 8, allocatable 0."""
+    cap = [
+        ("kube_node_status_capacity", {"node": n, "resource": r, "unit": "integer"}, 8.0)
+        for n, r in (("gaudi-sick", "habana_ai_gaudi"), ("cpu-1", "cpu"))
+    ]
+    alloc = _ksm_allocatable("gaudi-sick", {"habana_ai_gaudi": 0}) + _ksm_allocatable("cpu-1", {})
+    nodes = {n.name: n for n in build_nodes([], cap + alloc if capacity_first else alloc + cap)}
+    assert nodes["gaudi-sick"].other_devices == {"habana_ai_gaudi"}
+    assert nodes["gaudi-sick"].accelerator_node
+    assert nodes["cpu-1"].other_devices == frozenset() and not nodes["cpu-1"].accelerator_node
+    assert nodes["cpu-1"].cpu_milli == 96000  # CPU is allocatable's, not capacity's
+
+
 def test_the_server_query_asks_for_other_devices() -> None:
     query = fleet_queries()["kube_node_status_allocatable"]
     assert f'resource=~"cpu|memory|{OTHER_DEVICE_PATTERN}"' in query
+    assert f'kube_node_status_capacity{{resource=~"{OTHER_DEVICE_PATTERN}"}}' in query
 
 
 def test_sim_and_nvml_sources_report_no_other_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,10 +383,17 @@ def test_sim_and_nvml_sources_report_no_other_devices(monkeypatch: pytest.Monkey
     assert node.other_devices == frozenset() and node.accelerator_node
 
 
-def _ksm_text() -> str:
-    """kube-state-metrics text of the four nodes (and the dcgm-exporter pod on the NVIDIA one)."""
-    lines = ["# TYPE kube_node_status_allocatable gauge"]
-    extra = {AMD: ("amd_com_gpu", 8), GAUDI: ("habana_ai_gaudi", 8), NV: ("nvidia_com_gpu", 1)}
+def _ksm_text(sick: bool = False) -> str:
+    """kube-state-metrics text of the four nodes (and the dcgm-exporter pod on the NVIDIA one);
+    ``sick``: the Gaudi node's 8 devices unhealthy (capacity 8, allocatable 0)."""
+    lines = ["# TYPE kube_node_status_capacity gauge"]
+    for node, (res, n) in {AMD: ("amd_com_gpu", 8), GAUDI: ("habana_ai_gaudi", 8)}.items():
+        lines.append(
+            f'kube_node_status_capacity{{node="{node}",resource="{res}",unit="integer"}} {n}'
+        )
+    lines.append("# TYPE kube_node_status_allocatable gauge")
+    extra = {AMD: ("amd_com_gpu", 8), GAUDI: ("habana_ai_gaudi", 0 if sick else 8)}
+    extra[NV] = ("nvidia_com_gpu", 1)
     for node in (GAUDI, AMD, NV, CPU):
         lines += [
             f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 96',
@@ -340,11 +408,14 @@ def _ksm_text() -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("sick", [False, True])
 def test_a_real_prometheus_marks_the_nodes_and_the_cpu_pod_avoids_them(
-    app: TestClient, tmp_path: Path
+    app: TestClient, tmp_path: Path, sick: bool
 ) -> None:
+    """``sick``: the Gaudi node's devices all unhealthy, out of allocatable (0) but not of
+    capacity (8): still an accelerator node (the query's capacity; before, a CPU node)."""
     dcgm = {"dcgm": ("dcgm-x", dcgm_text("Hostname", NV, [{}]))}
-    with ksm_prometheus(tmp_path, dcgm, _ksm_text(), None, 1 + 1) as url:
+    with ksm_prometheus(tmp_path, dcgm, _ksm_text(sick), None, 1 + 1) as url:
         source = PrometheusApiSource(url, default_cluster="c", ttl_s=0.0)
         try:
             nodes = {n.name: n for n in source.collect().nodes}

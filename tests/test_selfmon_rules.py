@@ -39,6 +39,7 @@ SELF_ALERTS = {
     "FleetMindAlertIngestionFailing",
     "FleetMindExtenderErrors",
     "FleetMindExtenderSlow",
+    "FleetMindFilterRefusingAll",
     "FleetMindIncidentGroupingLag",
     "FleetMindModelFallback",
     "FleetMindNotificationsFailing",

@@ -97,8 +97,9 @@ Accelerators of other vendors (``amd.com/gpu``, ``habana.ai/gaudi``, ``google.co
 :func:`~fleetmind.data.graph_build.is_other_device`) are not modelled: a pod asking for
 them and no GPU read above passes every node with score 0 and no hold, as a pod with claims
 (:attr:`PodRequest.other_devices`), and kube-scheduler's NodeResourcesFit places the devices. A
-node where telemetry or the request's ``Nodes`` show such devices allocatable is an accelerator
-node: CPU-only pods prefer nodes without GPUs or such devices (:func:`with_node_devices`).
+node where telemetry or the request's ``Nodes`` show such devices (capacity or allocatable: an
+unhealthy device leaves allocatable only) is an accelerator node: CPU-only pods prefer nodes
+without GPUs or such devices (:func:`with_node_devices`).
 
 Without GPU telemetry to decide on (no GPU in the snapshot, or none of the candidate nodes in it),
 a GPU pod gets 503 (:func:`decide`): kube-scheduler then skips the extender when it is
@@ -1149,8 +1150,11 @@ def decide(
         return req, Decision(names, passthrough=list(names))
     known = index.lookup(snapshot, names)
     kinds = with_node_devices(known, objs)  # accelerator nodes (other vendors' too)
-    if req.num_gpu and names:
-        _require_gpu_telemetry(snapshot, names, known, index)
+    if req.num_gpu:  # a node without any DCGM reading yet is judged as one telemetry lacks
+        unread = unscraped(known)
+        known = {n: node for n, node in known.items() if n not in unread}
+        if names:
+            _require_gpu_telemetry(snapshot, names, known, index, unread)
     if callable(reservations):
         reservations = reservations(req)
     d = Decision(
@@ -1193,27 +1197,28 @@ def with_node_devices(
 ) -> dict[str, NodeState]:
     """``known`` (telemetry's nodes by name) with each node's
     :attr:`~fleetmind.serving.telemetry.base.NodeState.other_devices` completed from its
-    ``v1.Node``'s ``status.allocatable``, where kube-scheduler sent ``Nodes``
-    (``nodeCacheCapable: false``; ``objs``: :func:`candidate_names`): an AMD, Gaudi or TPU node
-    is an accelerator node even where telemetry has no kube-state-metrics series of it. For
-    telling CPU nodes from accelerator nodes only (the nodes placed on stay telemetry's); a
-    quantity that is not one counts as none."""
+    ``v1.Node``'s ``status.capacity`` and ``status.allocatable``, where kube-scheduler sent
+    ``Nodes`` (``nodeCacheCapable: false``; ``objs``: :func:`candidate_names`): an AMD, Gaudi or
+    TPU node is an accelerator node even where telemetry has no kube-state-metrics series of it.
+    Capacity counts too: a device plugin takes its unhealthy devices out of allocatable only
+    (capacity 8, allocatable 0 while all 8 are unhealthy), and such a node is no CPU node; with
+    the plugin gone the kubelet zeroes both. For telling CPU nodes from accelerator nodes only
+    (the nodes placed on stay telemetry's); a quantity that is not one counts as none."""
     if not objs:
         return known
     out = dict(known)
     for name, node in known.items():
         status = get_ci(objs.get(name), "status")
-        alloc = get_ci(status, "allocatable")
-        if not isinstance(alloc, dict):
-            continue
         found: set[str] = set()
-        for res, qty in alloc.items():
-            if isinstance(res, str) and is_other_device(res):
-                try:
-                    if parse_quantity(qty) > 0:
-                        found.add(profile_key(res))  # kube-state-metrics' name: amd_com_gpu
-                except DataError:
-                    continue
+        for part in ("capacity", "allocatable"):
+            listed = get_ci(status, part)
+            for res, qty in listed.items() if isinstance(listed, dict) else ():
+                if isinstance(res, str) and is_other_device(res):
+                    try:
+                        if parse_quantity(qty) > 0:
+                            found.add(profile_key(res))  # kube-state-metrics' name: amd_com_gpu
+                    except DataError:
+                        continue
         if found - node.other_devices:
             out[name] = dataclasses.replace(node, other_devices=node.other_devices | found)
     return out
@@ -1256,16 +1261,39 @@ def kube_scheduler_fit(
     return dataclasses.replace(snapshot, nodes=nodes), [raised.get(id(n), n) for n in cands]
 
 
+def unscraped(known: dict[str, NodeState]) -> set[str]:
+    """The names in ``known`` whose GPUs are all placeholders (``GpuState.missing``): the kubelet
+    counts ``nvidia.com/gpu`` there but dcgm-exporter reports none of them, as on a node that just
+    joined (Cluster Autoscaler, Karpenter) before its exporter is scraped. FleetMind cannot judge
+    such a node, so :func:`decide` treats it as a node telemetry does not know: a 503 when no
+    candidate is left (kube-scheduler skips an ``ignorable`` extender), else unresolvable as an
+    unknown node. A node reporting some of its GPUs is judged (its placeholders unhealthy)."""
+    return {n for n, node in known.items() if node.gpus and all(g.missing for g in node.gpus)}
+
+
+_UNSCRAPED_HINT = (
+    "dcgm-exporter reports no GPU of {shown} yet: a node that just joined (Cluster Autoscaler, "
+    "Karpenter) before its dcgm-exporter is scraped, or its exporter down; "
+)
+
+
 def _require_gpu_telemetry(
-    snapshot: FleetSnapshot, names: list[str], known: dict[str, NodeState], index: NodeIndex
+    snapshot: FleetSnapshot,
+    names: list[str],
+    known: dict[str, NodeState],
+    index: NodeIndex,
+    unread: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Raise :class:`NotAvailableError` (503) when telemetry cannot judge any candidate of a GPU
-    pod: it reports no GPU (of ``index.cluster``), or knows none of ``names``."""
+    pod: it reports no GPU (of ``index.cluster``), or knows none of ``names`` (``known``, without
+    the ``unread`` ones whose GPUs have no DCGM reading at all: :func:`unscraped`)."""
     where = f"cluster {index.cluster!r}" if index.cluster else "any cluster"
+    mine = [n for n in names if n in unread]
+    joined = _UNSCRAPED_HINT.format(shown=", ".join(repr(n) for n in mine[:3])) if mine else ""
     if not index.gpus:
         raise NotAvailableError(
             f"FleetMind's telemetry ({snapshot.source}) reports no GPU in {where} "
-            f"({index.nodes} node(s)): no DCGM series? With a Prometheus server in "
+            f"({index.nodes} node(s)): {joined}no DCGM series? With a Prometheus server in "
             "FLEETMIND_PROMETHEUS_URL run `fleetmind doctor --prometheus URL`; with one exporter's "
             "/metrics URL, `curl URL` and look for DCGM_FI_DEV_FB_USED. "
             "Answering 503 so that kube-scheduler skips this extender (ignorable: true)"
@@ -1278,10 +1306,11 @@ def _require_gpu_telemetry(
             else "telemetry names nodes differently, or FLEETMIND_SCHEDULER_CLUSTER or "
             "FLEETMIND_TELEMETRY_CLUSTER names another cluster"
         )
+        why = joined if len(mine) == len(names) else f"{joined}{cause}. "
         raise NotAvailableError(
             f"none of the {len(names)} candidate node(s) ({shown}) is in FleetMind's telemetry "
-            f"({index.nodes} node(s) in {where}): {cause}. Answering 503 so that kube-scheduler "
-            "skips this extender (ignorable: true)"
+            f"({index.nodes} node(s) in {where}): {why}Answering 503 so that "
+            "kube-scheduler skips this extender (ignorable: true)"
         )
 
 

@@ -103,8 +103,8 @@ def left_out_text(excluded: list[NodeState], job: JobSpec, candidates: int) -> s
     if len(mine) > SHOWN_NODES:
         shown += f" and {len(mine) - SHOWN_NODES} more"
     if candidates == 0:
-        return f"every node is cordoned or not Ready ({len(mine)}: {shown})"
-    return f"{len(mine)} node(s) cordoned or not Ready were left out: {shown}"
+        return f"every node is cordoned, not Ready or being removed ({len(mine)}: {shown})"
+    return f"{len(mine)} node(s) cordoned, not Ready or being removed were left out: {shown}"
 
 
 @router.post(

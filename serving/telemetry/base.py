@@ -99,6 +99,12 @@ class NodeState:
     cordoned: bool = False
     """The node is cordoned (``spec.unschedulable``, kube-state-metrics'
     ``kube_node_spec_unschedulable`` = 1): kube-scheduler places no new pod there."""
+    draining: str = ""
+    """The taint key of a node an autoscaler is removing (kube-state-metrics'
+    ``kube_node_spec_taint`` with effect ``NoSchedule`` or ``NoExecute``: Cluster Autoscaler's
+    ``ToBeDeletedByClusterAutoscaler``, Karpenter's ``karpenter.sh/disrupted``). Neither cordons
+    the node, but kube-scheduler places no new pod there and the node goes away; ``""`` when not
+    tainted so or the source cannot tell."""
     not_ready: str | None = None
     """The status of the node's ``Ready`` condition when it is not ``True`` (kube-state-metrics'
     ``kube_node_status_condition{condition="Ready"}``): ``"false"`` (the kubelet reports the node
@@ -109,12 +115,13 @@ class NodeState:
     kube-state-metrics exports it (``paused-for-mig-change`` while its MIG manager reconfigures
     the node's GPUs, :func:`fleetmind.serving.health.snapshot_signals`); ``""`` where not known."""
     other_devices: frozenset[str] = frozenset()
-    """Accelerator resources of other vendors allocatable on this node (above 0), as
-    kube-state-metrics names them (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``:
-    :func:`fleetmind.data.graph_build.is_other_device`). FleetMind does not model these devices, but a node that has them is
-    an accelerator node, which CPU-only pods avoid as they avoid GPU nodes
-    (:func:`fleetmind.serving.scheduler.placement.cpu_nodes_first`). Empty where there are none or
-    the source cannot tell (NVML, the simulator)."""
+    """Accelerator resources of other vendors on this node (capacity or allocatable above 0: a
+    node whose devices are all unhealthy keeps them), as kube-state-metrics names them
+    (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``:
+    :func:`fleetmind.data.graph_build.is_other_device`). FleetMind does not model these devices,
+    but a node that has them is an accelerator node, which CPU-only pods avoid as they avoid GPU
+    nodes (:func:`fleetmind.serving.scheduler.placement.cpu_nodes_first`). Empty where there are
+    none or the source cannot tell (NVML, the simulator)."""
 
     @property
     def accelerator_node(self) -> bool:
@@ -124,14 +131,17 @@ class NodeState:
 
     @property
     def schedulable(self) -> bool:
-        """Whether new work may go to this node: neither cordoned nor known not Ready."""
-        return not self.cordoned and self.not_ready is None
+        """Whether new work may go to this node: neither cordoned, being removed by an
+        autoscaler (:attr:`draining`), nor known not Ready."""
+        return not self.cordoned and not self.draining and self.not_ready is None
 
     @property
     def unschedulable_reason(self) -> str | None:
-        """Why new work may not go here (``cordoned``, ``not ready``, ``not ready (status
-        unknown)``, joined by ``, ``), or ``None`` when it may."""
+        """Why new work may not go here (``cordoned``, ``being removed (<taint key>)``, ``not
+        ready``, ``not ready (status unknown)``, joined by ``, ``), or ``None`` when it may."""
         why = ["cordoned"] if self.cordoned else []
+        if self.draining:
+            why.append(f"being removed ({self.draining})")
         if self.not_ready == "unknown":
             why.append("not ready (status unknown)")
         elif self.not_ready is not None:

@@ -423,9 +423,10 @@ def _missing_gpus(snap: Any) -> list[Finding]:
             f"{len(short)} node(s) report fewer GPUs than kube-state-metrics counts "
             f"(nvidia.com/gpu capacity): {', '.join(short[:5])}; the others are shown unhealthy "
             "(fallen off the bus, exporter down, or their series name another node: see layout). "
-            "Time-sliced or MPS nodes: export the replicas label (kube-state-metrics "
-            "--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas,"
-            "cloud.google.com/gke-max-shared-clients-per-gpu], the second on GKE)",
+            "Time-sliced, MPS or MIG nodes: export the replicas and MIG profile labels "
+            "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas,"
+            "nvidia.com/gpu.product,cloud.google.com/gke-max-shared-clients-per-gpu,"
+            "cloud.google.com/gke-gpu-partition-size], the last two on GKE)",
         )
     ]
 
@@ -479,7 +480,7 @@ def _unschedulable(snap: Any) -> list[Finding]:
             Finding(
                 "info",
                 "nodes",
-                f"{len(off)} node(s) cordoned or not Ready, left out of placements: "
+                f"{len(off)} node(s) cordoned, not Ready or being removed, left out of placements: "
                 f"{', '.join(off[:5])}",
             )
         )

@@ -56,6 +56,11 @@ the GPUs are served otherwise (see :func:`mark_unallocatable_gpus`).
 Schedulable nodes. A cordoned node (``kube_node_spec_unschedulable`` = 1) and one whose ``Ready``
 condition is ``False`` or ``Unknown`` (``kube_node_status_condition``) are flagged on the node
 (``NodeState.cordoned``, ``NodeState.not_ready``); ``POST /api/v1/placements`` leaves them out.
+So does it a node an autoscaler is removing, which neither Cluster Autoscaler (its FAQ:
+``--cordon-node-before-terminating`` defaults to false) nor Karpenter cordons: a
+``kube_node_spec_taint{key, effect}`` (kube-state-metrics docs/metrics/cluster/node-metrics.md,
+exported by default) of :data:`DRAINING_TAINTS` with effect ``NoSchedule`` or ``NoExecute``
+(``NodeState.draining``, :func:`_draining_nodes`).
 
 No reading. DCGM's blank values (:data:`DCGM_BLANKS`, e.g. ``9223372036854775794`` or
 ``140737488355328`` for a field the GPU does not support), a utilisation outside 0-100 % and a
@@ -79,7 +84,7 @@ kube-state-metrics series (Prometheus server mode):
 | metric | becomes |
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
-| ``kube_node_status_allocatable`` of other vendors' accelerators (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``, ``gpu_intel_com_*``: :data:`~fleetmind.data.graph_build.OTHER_DEVICE_PATTERN`) | ``other_devices`` (those above 0): an accelerator node, which CPU-only pods avoid; the devices are not modelled |
+| ``kube_node_status_allocatable`` and ``_capacity`` of other vendors' accelerators (``amd_com_gpu``, ``habana_ai_gaudi``, ``google_com_tpu``, ``gpu_intel_com_*``: :data:`~fleetmind.data.graph_build.OTHER_DEVICE_PATTERN`) | ``other_devices`` (those above 0 in either; a device plugin takes unhealthy devices out of allocatable only): an accelerator node, which CPU-only pods avoid; the devices are not modelled |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}``, and ``kube_pod_init_container_resource_requests`` of sidecars | summed per node: ``*_free`` = allocatable - requests (see CPU and memory) |
 | kube-scheduler's ``kube_pod_resource_request{resource="cpu"|"memory", node}`` (``/metrics/resources``) | where present, a pod's CPU and memory in place of kube-state-metrics' (see CPU and memory) |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
@@ -90,7 +95,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs), GPUs out of allocatable |
 | ``kube_node_status_allocatable`` of ``nvidia_com_gpu_<name>`` and ``nvidia_com_mig_<profile>`` | whether the node's GPUs are served under another resource (a stale ``nvidia.com/gpu`` of 0 then marks nothing) |
-| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_cloud_google_com_gke_max_shared_clients_per_gpu, label_nvidia_com_mig_<profile>_replicas, label_nvidia_com_gpu_deploy_device_plugin, label_nvidia_com_gpu_product}`` | ``gpu_replicas`` (GKE's label where larger: :data:`GKE_REPLICAS_LABEL`) and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile; the GPU Operator's device-plugin state (``device_plugin``); the MIG ``single`` strategy's instances per GPU (:data:`PRODUCT_LABEL`) |
+| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_cloud_google_com_gke_max_shared_clients_per_gpu, label_nvidia_com_mig_<profile>_replicas, label_nvidia_com_gpu_deploy_device_plugin, label_nvidia_com_gpu_product, label_cloud_google_com_gke_gpu_partition_size}`` | ``gpu_replicas`` (GKE's label where larger: :data:`GKE_REPLICAS_LABEL`) and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile; the GPU Operator's device-plugin state (``device_plugin``); the MIG ``single`` strategy's instances per GPU (:data:`PRODUCT_LABEL`, on GKE :data:`GKE_PARTITION_LABEL`) |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
@@ -395,6 +400,12 @@ PRODUCT_LABEL = "label_nvidia_com_gpu_product"
 """GPU feature discovery's node label ``nvidia.com/gpu.product`` as kube-state-metrics exports it
 (``kube_node_labels``, where ``--metric-labels-allowlist`` names it): ``<model>-MIG-<profile>``
 under the MIG ``single`` strategy gives the instances per GPU (:func:`add_missing_gpus`)."""
+GKE_PARTITION_LABEL = "label_cloud_google_com_gke_gpu_partition_size"
+"""GKE's node label ``cloud.google.com/gke-gpu-partition-size`` as kube-state-metrics exports it
+(allowlist ``nodes=[...,cloud.google.com/gke-gpu-partition-size]``): the MIG profile of a GKE MIG
+node (GKE runs no GPU feature discovery to write :data:`PRODUCT_LABEL`), read as a product
+``-MIG-<profile>`` where the node has no :data:`PRODUCT_LABEL` (:func:`add_missing_gpus`; GKE
+docs "Running multi-instance GPUs", https://cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi)."""
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 """GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
 (``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``): the
@@ -470,6 +481,7 @@ _KSM_READ: dict[str, tuple[str, ...]] = {
     "kube_node_labels": ("node",),
     "kube_node_spec_unschedulable": ("node",),
     "kube_node_status_condition": ("node",),
+    "kube_node_spec_taint": ("node",),
 }
 """:data:`KSM_OBJECT_LABELS` that :func:`fleet_queries` reads, per kube-state-metrics metric."""
 
@@ -534,6 +546,23 @@ def fresh(selector: str, max_age_s: float) -> str:
 
 
 _NAME_TAG = "fleetmind_name"
+DRAINING_TAINTS = (
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+)
+"""Taint keys of a node an autoscaler is removing: Cluster Autoscaler's scale-down
+(``ToBeDeletedByClusterAutoscaler:NoSchedule``, cluster-autoscaler
+utils/taints/taints.go), Karpenter's disruption (``karpenter.sh/disrupted:NoSchedule`` since
+v1, pkg/controllers/disruption/queue.go; ``karpenter.sh/disruption=disrupting`` before)."""
+DRAINING_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep new pods off a node (``PreferNoSchedule`` does not)."""
+DRAINING_TAINT_MATCHERS = (
+    f'key=~"{"|".join(k.replace(".", "[.]") for k in DRAINING_TAINTS)}",'
+    f'effect=~"{"|".join(DRAINING_EFFECTS)}"'
+)
+"""PromQL label matchers of :data:`DRAINING_TAINTS` with :data:`DRAINING_EFFECTS` (a literal dot
+as ``[.]``: a backslash would need escaping again in a PromQL string)."""
 
 
 def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
@@ -555,8 +584,10 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
 
     dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
-    # CPU, memory and the other vendors' accelerators (NodeState.other_devices)
+    # CPU, memory and the other vendors' accelerators (NodeState.other_devices), these by the
+    # larger of allocatable and capacity (tagged apart): unhealthy devices leave allocatable only
     allocatable = f'resource=~"cpu|memory|{OTHER_DEVICE_PATTERN}"'
+    other = f'resource=~"{OTHER_DEVICE_PATTERN}"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
     gpu_resources = f'resource=~"{GPU_RESOURCES}"'
@@ -569,7 +600,8 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) "
         f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
         "kube_node_status_allocatable": "max by (cluster, node, resource) "
-        f"({sel('kube_node_status_allocatable', allocatable)})",
+        f"({sel('kube_node_status_allocatable', allocatable)} or label_replace("
+        f"""{sel("kube_node_status_capacity", other)}, "{_NAME_TAG}", "capacity", "", ""))""",
         # CPU and memory requested per node, as kube-scheduler counts them where it can tell
         "node_requests": node_requests_query(max_age_s, sel),
         # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu) of its
@@ -624,6 +656,9 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         f"({sel('kube_node_spec_unschedulable')} == 1)",
         "node_not_ready": "max by (cluster, node, status) "
         f"""({sel("kube_node_status_condition", 'condition="Ready",status!="true"')} == 1)""",
+        # nodes an autoscaler is removing (NodeState.draining): only its taints, one series each
+        "node_draining": "max by (cluster, node, key) "
+        f"({sel('kube_node_spec_taint', DRAINING_TAINT_MATCHERS)} == 1)",
     }
 
 
@@ -673,6 +708,7 @@ _KSM_NAMES = (
     "node_gpu_replicas",
     "node_unschedulable",
     "node_not_ready",
+    "node_draining",
 )
 _QUERY_TAG = "fleetmind_query"
 
@@ -1424,6 +1460,9 @@ class _KsmView:
     """``(cluster, node)`` of the cordoned nodes (:func:`_node_status`)."""
     not_ready: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(cluster, node) -> "false" | "unknown"``: the nodes not Ready (:func:`_node_status`)."""
+    draining: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(cluster, node) -> taint key``: the nodes an autoscaler is removing
+    (:func:`_draining_nodes`)."""
     device_plugin: dict[tuple[str, str], str] = field(default_factory=dict)
     """``(cluster, node) -> value`` of :data:`DEVICE_PLUGIN_LABEL`, where exported."""
     product: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -1438,6 +1477,26 @@ def _read_node_gpus(counted: dict[str, float], lab: dict[str, str], v: float) ->
         counted[lab.get("__name__", "")] = v
     elif lab.get("__name__") == "kube_node_status_allocatable" and math.isfinite(v):
         counted[OTHER_GPU_ALLOCATABLE] = max(v, counted.get(OTHER_GPU_ALLOCATABLE, 0.0))
+
+
+def _read_node_labels(view: _KsmView, where: tuple[str, str], lab: dict[str, str]) -> None:
+    """One ``node_gpu_replicas`` sample (``kube_node_labels``) of node ``where`` into ``view``:
+    device-plugin state, product (:data:`PRODUCT_LABEL`, else ``-MIG-<profile>`` from
+    :data:`GKE_PARTITION_LABEL`), replicas per GPU and per MIG profile."""
+    if lab.get(DEVICE_PLUGIN_LABEL):
+        view.device_plugin[where] = lab[DEVICE_PLUGIN_LABEL]
+    if lab.get(PRODUCT_LABEL):
+        view.product[where] = lab[PRODUCT_LABEL]
+    elif lab.get(GKE_PARTITION_LABEL):  # GKE runs no GPU feature discovery
+        view.product.setdefault(where, MIG_SUFFIX + lab[GKE_PARTITION_LABEL])
+    reps = [lab.get(k, "") for k in (REPLICAS_LABEL, GKE_REPLICAS_LABEL)]
+    reps = [int(r) for r in reps if r.isdigit() and int(r) >= 1]
+    if reps:
+        view.replicas[where] = max(reps)
+    for label, value in lab.items():
+        mig = MIG_REPLICAS_LABEL.fullmatch(label)
+        if mig and value.isdigit() and int(value) >= 1:
+            view.mig_replicas[where][mig.group(1)] = int(value)
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -1512,10 +1571,8 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 view.phase_clusters.add(cluster)
             if lab.get("phase") in ("Pending", "Unknown"):
                 view.unstarted.add((cluster, *key))
-        if name == "kube_node_status_allocatable" and lab.get("node"):
-            res = view.alloc[(cluster, lab["node"])]  # the node is listed either way
-            if math.isfinite(v):  # NaN or +-Inf: no reading of the resource
-                res[lab.get("resource", "")] = v
+        if name in _NODE_RESOURCES and lab.get("node"):  # the node is listed either way
+            _read_node_resource(view.alloc[(cluster, lab["node"])], name, lab, v)
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             view.pod_node[key] = (cluster, lab["node"])
             view.running.add((cluster, *key))
@@ -1548,18 +1605,7 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         elif name == "node_gpus" and lab.get("node"):  # NaN/Inf: add_missing_gpus adds none
             _read_node_gpus(view.gpu_count[(cluster, lab["node"])], lab, v)
         elif name == "node_gpu_replicas" and lab.get("node"):
-            if lab.get(DEVICE_PLUGIN_LABEL):
-                view.device_plugin[(cluster, lab["node"])] = lab[DEVICE_PLUGIN_LABEL]
-            if lab.get(PRODUCT_LABEL):
-                view.product[(cluster, lab["node"])] = lab[PRODUCT_LABEL]
-            reps = [lab.get(k, "") for k in (REPLICAS_LABEL, GKE_REPLICAS_LABEL)]
-            reps = [int(r) for r in reps if r.isdigit() and int(r) >= 1]
-            if reps:
-                view.replicas[(cluster, lab["node"])] = max(reps)
-            for label, value in lab.items():
-                mig = MIG_REPLICAS_LABEL.fullmatch(label)
-                if mig and value.isdigit() and int(value) >= 1:
-                    view.mig_replicas[(cluster, lab["node"])][mig.group(1)] = int(value)
+            _read_node_labels(view, (cluster, lab["node"]), lab)
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
             milli = share_milli(lab[ANN_MILLI])
             if milli is None:
@@ -1585,7 +1631,27 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         )
     _add_pod_requests(view)
     view.cordoned, view.not_ready = _node_status(ksm, default_cluster)
+    view.draining = _draining_nodes(ksm, default_cluster)
     return view
+
+
+_NODE_RESOURCES = ("kube_node_status_allocatable", "kube_node_status_capacity")
+
+
+def _read_node_resource(res: dict[str, float], name: str, lab: dict[str, str], v: float) -> None:
+    """One ``kube_node_status_allocatable`` or ``_capacity`` sample (``name``) into its node's
+    ``res`` (``_KsmView.alloc``): the allocatable of CPU and memory, and of other vendors'
+    accelerators (:func:`~fleetmind.data.graph_build.is_other_device`) the larger of allocatable
+    and capacity, as :func:`fleet_queries` reads them: a device plugin takes an unhealthy device
+    out of allocatable only, so a node of 8 unhealthy AMD GPUs (capacity 8, allocatable 0) stays
+    an accelerator node. NaN or +-Inf is no reading of the resource."""
+    r = lab.get("resource", "")
+    if not math.isfinite(v):
+        return
+    if is_other_device(r):
+        res[r] = max(v, res.get(r, v))
+    elif name == "kube_node_status_allocatable":
+        res[r] = v
 
 
 def _is_pod_request(name: str, lab: dict[str, str]) -> bool:
@@ -1663,6 +1729,23 @@ def _node_status(
             if lab.get("condition", "Ready") == "Ready" and status in ("false", "unknown"):
                 not_ready[where] = status
     return cordoned, not_ready
+
+
+def _draining_nodes(ksm: list[Sample], default_cluster: str) -> dict[tuple[str, str], str]:
+    """``(cluster, node) -> taint key`` of the nodes an autoscaler is removing: kube-state-metrics'
+    ``kube_node_spec_taint{node, key, value, effect}`` (1 per taint the node has) of a
+    :data:`DRAINING_TAINTS` key with a :data:`DRAINING_EFFECTS` effect, or :func:`fleet_queries`'
+    ``node_draining`` answers (already only those)."""
+    draining: dict[tuple[str, str], str] = {}
+    for name, lab, v in ksm:
+        where = (lab.get("cluster") or default_cluster, lab.get("node", ""))
+        if not where[1] or v != 1 or lab.get("key") not in DRAINING_TAINTS:
+            continue
+        if name == "node_draining" or (
+            name == "kube_node_spec_taint" and lab.get("effect") in DRAINING_EFFECTS
+        ):
+            draining[where] = lab["key"]
+    return draining
 
 
 def pod_gpu_devices(containers: float, regular_inits: Iterable[float], sidecars: float) -> float:
@@ -1951,10 +2034,9 @@ def build_nodes(
         # dcgm-exporter --kubernetes-virtual-gpus (one flag for the whole DaemonSet) exports no
         # GPU that no pod holds on any node: in its cluster an unreported GPU is idle, not lost,
         # whole-GPU nodes too (their series carry no vgpu; see Virtual GPUs)
-        add_missing_gpus(
-            node, counted, idle=key[0] in virtual_clusters, product=view.product.get(key, "")
-        )
-        mark_unallocatable_gpus(node, counted, view.device_plugin.get(key, ""))
+        idle, plugin = key[0] in virtual_clusters, view.device_plugin.get(key, "")
+        add_missing_gpus(node, counted, idle, view.product.get(key, ""), plugin)
+        mark_unallocatable_gpus(node, counted, plugin)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         _set_cpu_memory(node, res, view.requests.get(key, {}))
@@ -1989,6 +2071,7 @@ def build_nodes(
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
         node.cordoned, node.not_ready = key in view.cordoned, view.not_ready.get(key)
+        node.draining = view.draining.get(key, "")
         node.device_plugin = view.device_plugin.get(key, "")
         asks = _absorbed(node, unnamed.get(key, []), view.gpu_count.get(key, {}))
         left = mark_requested_gpus(node, sum(n for _, n in asks), taken_on.get(key, set()))
@@ -2138,33 +2221,46 @@ def _replicas_of(
     return whole if len(kinds) == 1 else 1
 
 
-def _mig_instances_counted(node: NodeState, product: str = "") -> int | None:
+def _mig_instances_counted(node: NodeState, product: str = "", mixed: bool = False) -> int | None:
     """MIG instances per GPU where the node's ``nvidia.com/gpu`` counts MIG instances (the
     ``single`` strategy); None where it counts GPUs with MIG disabled (no MIG, or the ``mixed``
-    strategy: a reported GPU with MIG disabled, or instances of two profiles), 0 where it counts
-    instances of a number per GPU not known (GFD's ``-MIG-INVALID``, a profile not known and no
-    reported instance).
+    strategy: ``mixed`` set, i.e. a ``nvidia.com/mig-<profile>`` resource allocatable above 0, a
+    reported GPU with MIG disabled, or instances of two profiles), 0 where it counts instances of
+    a number per GPU not known (GFD's ``-MIG-INVALID``, a profile not known and no reported
+    instance).
 
+    Reported instances give the profile and model (``"<model> MIG <profile>"``), read as
+    ``graph build`` reads them (:func:`fleetmind.data.graph_build._mig_instances_per_gpu`): live
+    series win over a label left from an earlier layout; else, with no instance reported,
     ``product``: GPU feature discovery's ``nvidia.com/gpu.product`` (``<model>-MIG-<profile>``
-    under the ``single`` strategy), read through the profile as ``graph build`` reads it
-    (:func:`fleetmind.data.graph_build._mig_instances_per_gpu`); else the most instances any
-    reported GPU has."""
+    under the ``single`` strategy), or ``-MIG-<profile>`` from GKE's
+    ``cloud.google.com/gke-gpu-partition-size``. A profile not known falls back to the most
+    instances any reported GPU has."""
     parents: dict[int, int] = defaultdict(int)
-    profiles = set()
+    seen: dict[str, str] = {}  # profile -> model of the reported instances
     for g in node.gpus:
         if g.mig_parent is None:
             return None
         parents[g.mig_parent] += 1
-        profiles.add(g.model.rpartition(" MIG ")[2])
+        own_model, _, own_profile = g.model.rpartition(" MIG ")
+        if own_model != "unknown" or own_profile not in seen:
+            seen[own_profile] = own_model
     model, mig, profile = product.removesuffix(SHARED_SUFFIX).partition(MIG_SUFFIX)
-    if len(profiles) > 1 or not (mig or parents):
+    if mig and profile == "INVALID":  # GFD: the single strategy's GPUs disagree
+        return 0
+    if mixed or len(seen) > 1 or not (mig or parents):
         return None
-    per_gpu = _mig_instances_per_gpu(profile or profiles.pop(), model) if mig or profiles else None
-    return per_gpu or max(parents.values(), default=0)
+    if seen:  # the instances' own profile and model, not a label left from another layout
+        ((profile, model),) = seen.items()
+    return _mig_instances_per_gpu(profile, model) or max(parents.values(), default=0)
 
 
 def add_missing_gpus(
-    node: NodeState, counted: dict[str, float], idle: bool = False, product: str = ""
+    node: NodeState,
+    counted: dict[str, float],
+    idle: bool = False,
+    product: str = "",
+    device_plugin: str = "",
 ) -> None:
     """Append placeholders for the GPUs the kubelet counts on ``node`` but DCGM does not report.
 
@@ -2183,22 +2279,29 @@ def add_missing_gpus(
     instances: :func:`_mig_instances_counted`) and compared with the physical GPUs reported, so
     an 8-GPU node of 56 ``1g.10gb`` instances whose exporter is paused has 8 placeholders, not
     56; a node of MIG instances whose count per GPU is not known gets none. The ``mixed``
-    strategy leaves MIG GPUs out of ``nvidia.com/gpu``: its devices are compared with the GPUs
-    with MIG disabled, the MIG GPUs adding to the physical count.
+    strategy (a ``nvidia.com/mig-<profile>`` resource allocatable above 0, :data:`OTHER_GPU_ALLOCATABLE`)
+    leaves MIG GPUs out of ``nvidia.com/gpu``: its devices are compared with the GPUs with MIG
+    disabled, the MIG GPUs adding to the physical count. ``device_plugin``
+    (:data:`DEVICE_PLUGIN_LABEL`'s value) ``paused-for-mig-change``: none is added (the MIG
+    manager stopped the plugin, exporter and GPU feature discovery, whose labels it may have
+    taken: nothing is lost).
 
     ``idle``: the node's exporter exports only the GPUs that pods hold (dcgm-exporter
     ``--kubernetes-virtual-gpus``, see Virtual GPUs in the module docstring): the GPUs it does not
     report are added healthy and idle (1000 free, every replica), not as placeholders, as many as
     allocatable (healthy devices, less the node's reported healthy GPUs) leaves room for; the rest
     of capacity stays placeholders (the device plugin takes a failed GPU's replicas out of
-    allocatable only, so a reported unhealthy GPU takes no share of allocatable). A MIG GPU is
-    never added idle (its instances are not known).
+    allocatable only, so a reported unhealthy GPU takes no share of allocatable). On a MIG node
+    of the ``single`` strategy those are MIG GPUs whose instances are not known: added healthy
+    with nothing free, as the ``nvml`` source reports a MIG GPU without instances (allocatable
+    less the healthy reported instances, over the instances per GPU); a MIG GPU of the ``mixed``
+    strategy is never added.
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
-    if not devices or not math.isfinite(devices):
+    if not devices or not math.isfinite(devices) or device_plugin == "paused-for-mig-change":
         return
     parents = {g.mig_parent for g in node.gpus if g.mig_parent is not None}
-    per_gpu = _mig_instances_counted(node, product)
+    per_gpu = _mig_instances_counted(node, product, counted.get(OTHER_GPU_ALLOCATABLE, 0.0) > 0)
     if per_gpu == 0:
         return
     if per_gpu is None:  # nvidia.com/gpu counts the GPUs with MIG disabled
@@ -2218,14 +2321,14 @@ def add_missing_gpus(
     free_indices = free_indices[:missing]
     alloc = counted.get("kube_node_status_allocatable", devices)
     n_idle = 0
-    if idle and math.isfinite(alloc) and per_gpu is None:
+    if idle and math.isfinite(alloc):
         # allocatable counts the healthy devices only: a reported unhealthy GPU's replicas are
-        # already out of it, so only the healthy reported GPUs take their share of it
-        healthy = sum(g.healthy for g in node.gpus if g.mig_parent is None)
-        n_idle = max(0, int(alloc) // max(1, node.gpu_replicas) - healthy)
+        # already out of it, so only the healthy reported GPUs (or instances) take their share
+        healthy = sum(g.healthy for g in node.gpus if (g.mig_parent is None) == (per_gpu is None))
+        n_idle = max(0, (int(alloc) // max(1, node.gpu_replicas) - healthy) // (per_gpu or 1))
     for k, idx in enumerate(free_indices):
-        if k < n_idle:
-            node.gpus.append(GpuState(index=idx, model=model))
+        if k < n_idle:  # a MIG GPU of instances not known: healthy, nothing free
+            node.gpus.append(GpuState(index=idx, model=model, free_milli=0 if per_gpu else 1000))
         else:
             node.gpus.append(
                 GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
