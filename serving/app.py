@@ -90,7 +90,7 @@ from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tls import CLIENT_CERT_KEY, scheduler_cert
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
 from fleetmind.serving.ui import router as ui_router
-from fleetmind.serving.validation import json_safe_errors
+from fleetmind.serving.validation import json_safe_errors, one_line
 
 log = logging.getLogger("fleetmind.serving")
 """The service's log; under ``fleetmind serve`` its records go to stderr (:func:`uvicorn_log_config`)."""
@@ -782,7 +782,7 @@ def _pod_key(body: bytes) -> str:
     if not isinstance(name, str) or not name:
         return "?"
     key = f"{ns if isinstance(ns, str) and ns else 'default'}/{name}"
-    return ascii(key)[1:-1][:253]
+    return one_line(key, 253)
 
 
 class ExtenderRefusalLog:
@@ -825,7 +825,7 @@ class ExtenderRefusalLog:
             if quiet and last is not None
             else ""
         )
-        reason = ascii(str(err))[1:-1][:500]  # one line: a pod's values are free text
+        reason = one_line(err, 500)  # a pod's values are free text
         self.logger.warning(
             "extender refused POST %s (%d) for pod %s: %s%s", route, code, pod, reason, since
         )

@@ -34,6 +34,13 @@ def safe_text(value: str, limit: int = MAX_TEXT) -> str:
     return cut.encode("utf-8", "replace").decode("utf-8")
 
 
+def one_line(value: Any, limit: int = MAX_TEXT) -> str:
+    """``value`` as log text on one line: cut to ``limit`` characters (:func:`safe_text`), control
+    and non-ASCII characters escaped (a label name or a pod's value can hold a newline); quotes stay
+    as they are, unlike :func:`ascii`."""
+    return safe_text(str(value), limit).encode("unicode_escape").decode("ascii")
+
+
 def safe_value(value: Any) -> Any:
     """A JSON scalar of ``value`` as it is when small and finite, else a short text preview."""
     if value is None or isinstance(value, bool):

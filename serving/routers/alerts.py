@@ -26,7 +26,7 @@ from fleetmind.serving.schemas import (
     RejectedAlert,
     from_unix,
 )
-from fleetmind.serving.validation import MAX_ERRORS, json_safe_error, safe_text
+from fleetmind.serving.validation import MAX_ERRORS, json_safe_error, one_line
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
@@ -141,18 +141,12 @@ def _body_errors(errors: list[Any]) -> list[dict[str, Any]]:
     return [_brief(e) for e in errors[:MAX_ERRORS]]
 
 
-def _one_line(value: Any) -> str:
-    """``value`` as log text on one line: cut (:func:`safe_text`), control and non-ASCII
-    characters escaped (a label name can hold a newline)."""
-    return safe_text(str(value)).encode("unicode_escape").decode("ascii")
-
-
 def _where(loc: Any) -> str:
     """A ``loc`` of :func:`_brief` without its ``body`` prefix, as ``alerts.3.labels.alertname``."""
     parts = list(loc)
     if parts[:1] == ["body"]:
         parts = parts[1:]
-    return _one_line(".".join(str(p) for p in parts)) or "body"
+    return one_line(".".join(str(p) for p in parts)) or "body"
 
 
 def log_refused(body: bytes, errors: list[dict[str, Any]]) -> None:
@@ -173,7 +167,7 @@ def log_refused(body: bytes, errors: list[dict[str, Any]]) -> None:
         held,
         len(errors),
         _where(first.get("loc", ())),
-        _one_line(first.get("msg", "")),
+        one_line(first.get("msg", "")),
     )
 
 
@@ -382,8 +376,8 @@ async def receive_alerts(
             accepted,
             len(rejected),
             rejected[0].index,
-            _one_line(".".join(str(p) for p in first["loc"][3:])) or "alert",
-            _one_line(first.get("msg", "")),
+            one_line(".".join(str(p) for p in first["loc"][3:])) or "alert",
+            one_line(first.get("msg", "")),
         )
     return IngestResponse(
         accepted=accepted,
