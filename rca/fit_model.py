@@ -42,6 +42,7 @@ from fleetmind.folders import write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.features.times import parse_time
+from fleetmind.rca.gat_analyzer import _first_mismatch
 
 FIT_FORMAT = "fleetmind-rca-fit"
 FIT_FORMAT_VERSION = 2
@@ -273,14 +274,75 @@ def load_fit_model(ref: str | Path) -> tuple[Any, dict[str, Any]]:
         raise FitModelError(
             f"{p}: its feature list differs from this version's; refit with `rca fit`"
         )
+    problem = _meta_problem(meta)
+    if problem is not None:
+        raise FitModelError(f"{p / 'config.json'}: {problem}; refit with `rca fit`")
     try:
         model = GATRanker(GATConfig.from_dict(dict(meta["model"])))
         state = torch.load(p / "model.pt", map_location="cpu", weights_only=True)
         model.load_state_dict(state, strict=True)
     except Exception as err:  # torch raises many kinds on bad bytes
-        raise FitModelError(f"{p}: cannot load the model ({type(err).__name__}: {err})") from None
+        # torch's load_state_dict error is one line per mismatched tensor (6 kB): keep the first
+        first = _first_mismatch(str(err))
+        raise FitModelError(f"{p}: cannot load the model ({type(err).__name__}: {first})") from None
     model.eval()
     return model, meta
+
+
+def _meta_problem(meta: Mapping[str, Any]) -> str | None:
+    """What is wrong with the types of a fitted model's ``config.json`` (``nodes``: a list of node
+    ids, ``observed``: ``{node id: [role, ...]}``, ``roles``: ``{metric: role}``, ``model``: an
+    object), or ``None``: each would otherwise fail every ranking, not the load."""
+    nodes = meta.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        return "'nodes' is not a list of node ids"
+    observed = meta.get("observed", {})
+    if not isinstance(observed, dict) or not all(
+        isinstance(v, list) and all(isinstance(r, str) for r in v) for v in observed.values()
+    ):
+        return "'observed' is not an object of node id -> list of roles"
+    roles = meta.get("roles") or {}
+    if not isinstance(roles, dict) or not all(isinstance(r, str) for r in roles.values()):
+        return "'roles' is not an object of metric -> role"
+    try:
+        RoleMap(roles)
+    except ValueError as err:
+        return f"'roles': {str(err).splitlines()[0]}"
+    if not isinstance(meta.get("model"), dict):
+        return "'model' is not an object"
+    return None
+
+
+def fit_node_overlap(
+    meta: Mapping[str, Any], node_ids: Sequence[str], where: str
+) -> tuple[str | None, str]:
+    """How many of a graph's nodes a fitted model knows (its ``config.json`` ``nodes``).
+
+    Args:
+        meta: the model's ``config.json``.
+        node_ids: the ids of the graph it is to rank.
+        where: names that graph in the message (a scenario folder, a served graph's name).
+
+    Returns:
+        ``(level, message)``: level ``"none"`` when no graph node is a node of the fit (a model of
+        another system), ``"few"`` when fewer than half are (the others count as unmonitored),
+        else ``None`` with an empty message.
+    """
+    known = set(meta.get("nodes") or [])
+    hits = sum(1 for n in node_ids if n in known)
+    fitted_on = meta.get("graph") or "another system"
+    if hits == 0 and node_ids:
+        return "none", (
+            f"fitted on {fitted_on!r}, whose {len(known)} nodes include none of the "
+            f"{len(node_ids)} graph nodes of {where}; fit a model on this system with "
+            "'fleetmind rca fit'"
+        )
+    if 2 * hits < len(node_ids):
+        return "few", (
+            f"only {hits} of the {len(node_ids)} graph nodes of {where} are nodes it was fitted "
+            f"on ({fitted_on!r}); the others count as unmonitored"
+        )
+    return None, ""
 
 
 def observed_matrix(graph: DependencyGraph, observed: Mapping[str, Sequence[str]]) -> np.ndarray:

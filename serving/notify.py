@@ -281,6 +281,10 @@ _COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 CALIBRATED_METHODS = frozenset({"gat"})
 """Ranking methods whose top score is a calibrated probability (``fleetmind rca calibrate``)."""
 
+UNCALIBRATED_PROBABILITY_METHODS = frozenset({"gat_fit"})
+"""Ranking methods whose scores are probabilities in form (a softmax over the graph's nodes) that
+no temperature was fitted to (``fleetmind rca fit``); the notifier sends their causes as warnings."""
+
 
 def severity_for(
     score: Any, settings: Settings, method: str | None = "gat", top: Any = None
@@ -987,6 +991,8 @@ def confidence_words(
     """
     if method is not None and method not in CALIBRATED_METHODS:
         outcome = _outcome("warning", settings, sent, is_open, failing, dropped)
+        if method in UNCALIBRATED_PROBABILITY_METHODS:
+            return f"confidence unknown (uncalibrated scores): {outcome}"
         return f"confidence unknown (this ranker's scores are not probabilities): {outcome}"
     sev = held_severity(score, held, settings, method, top)
     try:

@@ -49,8 +49,8 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.rca import baselines
-from fleetmind.rca.base import BaseAnalyzer, RCAResult
-from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_node_overlap, is_fit_artifact
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
 from fleetmind.serving.scheduler.placement import (
     BestFitPlacer,
@@ -488,17 +488,41 @@ class FittedProbabilityAnalyzer(BaseAnalyzer):
         super().__init__(None)
         self.fitted = fitted
         self.meta: dict[str, Any] = dict(getattr(fitted, "meta", {}) or {})
+        # (name, |V|, first id, last id) of the last graph checked against the fit's nodes
+        self._checked: tuple[Any, ...] | None = None
 
     @property
     def version(self) -> str | None:
         return _version_of(self.fitted)
 
+    def _check_nodes(self, graph: Any) -> None:
+        """Log once per graph when few or none of its nodes are nodes the model was fitted on
+        (:func:`fleetmind.rca.fit_model.fit_node_overlap`): those rank as unmonitored. Served on,
+        not refused: the graph can be replaced at any time, the model is loaded once."""
+        nodes = graph.nodes
+        key = (
+            graph.name,
+            len(nodes),
+            nodes[0].id if nodes else None,
+            nodes[-1].id if nodes else None,
+        )
+        if key == self._checked:
+            return
+        self._checked = key
+        level, message = fit_node_overlap(
+            self.meta, [n.id for n in nodes], f"the served graph {graph.name!r}"
+        )
+        if level == "none":
+            log.warning("RCA model gat_fit (every node ranks as unmonitored): %s", message)
+        elif level == "few":
+            log.warning("RCA model gat_fit %s", message)
+
     def find_root_causes(
         self, graph: Any, alerts: Sequence[dict[str, Any]], top_k: int | None = None
     ) -> RCAResult:
         """Rank every node of ``graph`` (``|V|`` nodes); scores: softmax over them, in [0, 1]."""
-        result = self.fitted.find_root_causes(graph, alerts, None)
-        logits = np.array([c.score for c in result.causes], dtype=float)
+        self._check_nodes(graph)
+        logits = np.asarray(self.fitted.scores(graph, alerts), dtype=float)
         if logits.size:
             finite = np.where(np.isfinite(logits), logits, -np.inf)
             top = finite.max() if np.isfinite(finite.max()) else 0.0
@@ -507,9 +531,20 @@ class FittedProbabilityAnalyzer(BaseAnalyzer):
             probs = e / total if total > 0 else np.full(logits.size, 1.0 / logits.size)
         else:
             probs = logits
-        causes = [replace(c, score=float(p)) for c, p in zip(result.causes, probs, strict=True)]
+        # the fitted model's own order (stable argsort of its logits), causes only for the top_k
+        order = np.argsort(-logits, kind="stable")
         if top_k is not None:
-            causes = causes[:top_k]
+            order = order[:top_k]
+        causes = [
+            RankedCause(
+                node=graph.nodes[i].id,
+                kind=graph.nodes[i].kind,
+                cluster=graph.nodes[i].cluster,
+                score=float(probs[i]),
+                path=(graph.nodes[i].id,),
+            )
+            for i in order
+        ]
         return RCAResult(causes=causes, method=self.name, model_version=self.version)
 
 

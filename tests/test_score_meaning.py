@@ -135,6 +135,8 @@ def test_the_page_says_calibrated_on_simulated_incidents(tmp_path: Path) -> None
         page = _page(c, inc["id"])
         words = html.unescape(re.search(r'id="confidence">(.*?)</div>', page, re.S).group(1))
         assert "(93 %, calibrated on simulated incidents)" in words, words
+        # a calibrated gat's bars are its probabilities, not relative to the top score (100)
+        assert _bars(page)[0] == round(100 * 0.93) == 93
 
 
 def _as_calibrated_gat(c: TestClient) -> object:
@@ -181,6 +183,6 @@ def test_incidents_ranked_by_a_fitted_model_page_as_warnings(tmp_path: Path, fit
         inc = _storm_incident(c)
         assert inc["method"] == "gat_fit" and inc["causes"]
         page = _page(c, inc["id"])
-        assert "confidence unknown" in page
+        assert "confidence unknown (uncalibrated scores)" in page
         assert "are not calibrated probabilities: bars are relative" in page
         assert max(_bars(page)) == 100

@@ -25,7 +25,7 @@ from fleetmind.data.petshop import PetShopScenario, load_scenario
 from fleetmind.progress import show_bar
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.rca.fit_eval import bootstrap_intervals
-from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
+from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem, fit_node_overlap
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.redact import terminal_safe
@@ -125,21 +125,12 @@ def _load_fitted(path: str, scenario: PetShopScenario) -> FittedGATAnalyzer:
             of another system); fewer than half of them only warn on stderr.
     """
     analyzer = FittedGATAnalyzer.load(path)
-    known = set(analyzer.meta.get("nodes") or [])
     nodes = [n.id for n in scenario.graph.nodes]
-    hits = sum(1 for n in nodes if n in known)
-    fitted_on = analyzer.meta.get("graph") or "another system"
-    if hits == 0:
-        raise ConfigError(
-            f"--model {path}: fitted on {fitted_on!r}, whose {len(known)} nodes include none of "
-            f"the {len(nodes)} graph nodes of {scenario.root}; fit a model on this system with "
-            "'fleetmind rca fit'"
-        )
-    if 2 * hits < len(nodes):
-        _warn(
-            f"--model {path}: only {hits} of the {len(nodes)} graph nodes of {scenario.root} are "
-            f"nodes it was fitted on ({fitted_on!r}); the others count as unmonitored"
-        )
+    level, message = fit_node_overlap(analyzer.meta, nodes, str(scenario.root))
+    if level == "none":
+        raise ConfigError(f"--model {path}: {message}")
+    if level == "few":
+        _warn(f"--model {path}: {message}")
     return analyzer
 
 
