@@ -28,6 +28,8 @@ import pytest
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.health import HealthModel, fleet_health, snapshot_signals
+from fleetmind.serving.scheduler.extender import NodeIndex, decide
+from fleetmind.serving.scheduler.placement import BestFitPlacer, Reservations
 from fleetmind.serving.telemetry import doctor
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 from fleetmind.serving.telemetry.nvml import NvmlSource
@@ -90,11 +92,20 @@ def test_node_paused_for_mig_change_is_out_of_cluster_health() -> None:
 
 
 def test_device_plugin_back_on_counts_the_node_again() -> None:
-    """Label ``true`` (the change done, exporter not yet back): the placeholders count again."""
+    """Label ``true`` (the change done): the node counts again once dcgm-exporter reports it;
+    until then every GPU is a placeholder (``NodeState.unscraped``), left out as a node that
+    just joined is, not counted as 8 saturated GPUs."""
     ksm = [*ksm_node("ok-0", 8.0, 8.0), *ksm_node("mig-0", 56.0, 0.0),
            _labels("mig-0", H100_MIG_1G, "true")]  # fmt: skip
-    signals = snapshot_signals(FleetSnapshot("prometheus", build_nodes(_busy("ok-0"), ksm)))
-    assert signals["local"].gpu_util == pytest.approx((8 * 80.0 + 8 * 100.0) / 16 / 100)
+    nodes = build_nodes(_busy("ok-0"), ksm)
+    assert [n.name for n in nodes if n.unscraped] == ["mig-0"]
+    signals = snapshot_signals(FleetSnapshot("prometheus", nodes))
+    assert signals["local"].gpu_util == pytest.approx(0.8)
+    # one instance reported: the node is judged, its placeholders unhealthy (fully used)
+    reported = _mig("mig-0", [(0, 7, "1g.10gb")])
+    nodes = build_nodes(_busy("ok-0") + reported, ksm)
+    assert not any(n.unscraped for n in nodes)
+    assert snapshot_signals(FleetSnapshot("prometheus", nodes))["local"].gpu_util > 0.8
 
 
 def test_single_strategy_gpu_lost_is_one_placeholder_at_its_index() -> None:
@@ -209,25 +220,73 @@ def test_doctor_names_the_mig_profile_labels() -> None:
     assert "cloud.google.com/gke-gpu-partition-size" in finding.message
 
 
-def test_virtual_gpus_idle_mig_node_gpus_are_healthy_with_nothing_free() -> None:
-    """dcgm-exporter ``--kubernetes-virtual-gpus`` exports no GPU no pod holds: an 8 x 7 x
-    1g.10gb single-strategy node with nothing held is 8 MIG GPUs of instances not known (healthy,
-    nothing free, as ``nvml`` reports them), not 8 lost GPUs; allocatable 49 of 56 leaves one
-    GPU's worth out: 7 such GPUs and 1 placeholder."""
+def _virtual_mig_fleet(alloc: float) -> NodeState:
+    """dcgm-exporter ``--kubernetes-virtual-gpus`` (one held GPU on ``ts``, series with ``vgpu``)
+    and an 8 x 7 x 1g.10gb single-strategy node ``mig-0`` no pod holds (nothing exported),
+    ``nvidia.com/gpu`` capacity 56, allocatable ``alloc``."""
     held = [
         (m, {**lab, "vgpu": "0", "pod": "p", "namespace": "ml"}, v) for m, lab, v in dcgm("ts", 1)
     ]
-    for alloc, placeholders in ((56.0, 0), (49.0, 1)):
-        ksm = [
-            *ksm_node("ts", 1.0, 1.0),
-            *ksm_node("mig-0", 56.0, alloc),
-            _labels("mig-0", H100_MIG_1G),
-        ]
-        m = next(n for n in build_nodes(held, ksm) if n.name == "mig-0")
-        assert len(m.gpus) == 8
-        assert sum(g.missing for g in m.gpus) == placeholders
-        assert [g.free_milli for g in m.gpus if not g.missing] == [0] * (8 - placeholders)
-        assert all(g.healthy for g in m.gpus if not g.missing)
+    ksm = [
+        *ksm_node("ts", 1.0, 1.0),
+        *ksm_node("mig-0", 56.0, alloc),
+        _labels("mig-0", H100_MIG_1G),
+    ]
+    return next(n for n in build_nodes(held, ksm) if n.name == "mig-0")
+
+
+def test_virtual_gpus_idle_mig_node_gpus_are_their_idle_instances() -> None:
+    """dcgm-exporter ``--kubernetes-virtual-gpus`` exports no GPU no pod holds: each GPU of an
+    idle 8 x 7 x 1g.10gb single-strategy node is its 7 instances, idle, indexed and named as
+    reported instances are (``100 * (gpu + 1) + n``, ``"<model> MIG 1g.10gb"``); allocatable 49
+    of 56 leaves one GPU's worth out: 7 GPUs of instances and 1 placeholder."""
+    for alloc, placeholders in ((56.0, []), (49.0, [7])):
+        m = _virtual_mig_fleet(alloc)
+        assert [g.index for g in m.gpus if g.missing] == placeholders
+        inst = [g for g in m.gpus if not g.missing]
+        assert len(inst) == 7 * (8 - len(placeholders))
+        assert {g.mig_parent for g in inst} == set(range(8)) - set(placeholders)
+        assert [g.index for g in inst if g.mig_parent == 0] == list(range(100, 107))
+        assert {g.model for g in inst} == {"NVIDIA-H100-80GB-HBM3 MIG 1g.10gb"}
+        assert all(g.healthy and g.free_milli == 1000 for g in inst)
+
+
+def test_virtual_gpus_idle_mig_node_takes_a_gpu_pod() -> None:
+    """The scheduler extender's filter (``decide``) places a 1-GPU pod on the idle MIG node of
+    :func:`_virtual_mig_fleet` (an idle MIG node reported by DCGM is placeable too), rather than
+    refusing it as "not enough free GPUs"."""
+    pod = {"metadata": {"name": "p1", "namespace": "ml", "uid": "u1"},
+           "spec": {"containers": [{"name": "c",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+    snap = FleetSnapshot("prometheus", [_virtual_mig_fleet(56.0)])
+    _, d = decide({"Pod": pod, "NodeNames": ["mig-0"]}, snap, Reservations(), BestFitPlacer(),
+                  NodeIndex())  # fmt: skip
+    assert [o.node for o in d.options] == ["mig-0"]
+    assert not d.failed and not d.unresolvable
+
+
+def test_mixed_strategy_with_every_instance_unhealthy_still_finds_the_lost_gpu() -> None:
+    """Mixed: GPUs 0-1 all-1g.10gb, every instance unhealthy (``nvidia.com/mig-1g.10gb``
+    capacity 14, allocatable 0: the kubelet keeps unhealthy devices in capacity only), GPU 2 (MIG
+    disabled, ``nvidia.com/gpu`` capacity 1) fell off the bus: still mixed, GPU 2 a placeholder."""
+    inst = [(g, gi, "1g.10gb") for g in (0, 1) for gi in range(7, 14)]
+    mig = [(m, lab, 0.0 if "allocatable" in lab["__name__"] else v)
+           for m, lab, v in _mig_resource("mx", "1g.10gb", 14.0)]  # fmt: skip
+    ksm = [*ksm_node("mx", 1.0, 0.0), *mig, _labels("mx", "NVIDIA-H100-80GB-HBM3")]
+    (n,) = build_nodes(_mig("mx", inst), ksm)
+    assert [g.index for g in n.gpus if g.missing] == [2]
+
+
+def test_instances_without_model_name_keep_the_labels_model() -> None:
+    """A100-40GB, 4 x 1g.10gb per GPU; the exporter leaves out ``modelName`` (model ``unknown``)
+    and GPU 5 is lost: the product label's ``A100-SXM4-40GB`` still gives 4 per GPU (capacity 32
+    is 8 GPUs, one placeholder), not 7 per GPU for an unknown model (4 GPUs, none lost)."""
+    inst = [(g, gi, "1g.10gb") for g in range(8) if g != 5 for gi in (3, 4, 5, 6)]
+    samples = [(m, {k: x for k, x in lab.items() if k != "modelName"}, v)
+               for m, lab, v in _mig("a", inst)]  # fmt: skip
+    ksm = [*ksm_node("a", 32.0, 28.0), _labels("a", "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb")]
+    (n,) = build_nodes(samples, ksm)
+    assert [g.index for g in n.gpus if g.missing] == [5]
 
 
 def test_mig_invalid_product_adds_no_placeholder() -> None:

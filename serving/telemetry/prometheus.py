@@ -390,6 +390,10 @@ Operator's SR-IOV NICs use that prefix too)."""
 OTHER_GPU_ALLOCATABLE = "other_gpu_allocatable"
 """Key, in a node's ``counted`` (:func:`mark_unallocatable_gpus`), of the largest allocatable of
 its NVIDIA GPU resources other than ``nvidia.com/gpu`` (:data:`GPU_RESOURCES`)."""
+OTHER_GPU_DEVICES = "other_gpu_devices"
+"""Key, in a node's ``counted`` (:func:`add_missing_gpus`), of the largest capacity or allocatable
+of its NVIDIA GPU resources other than ``nvidia.com/gpu``: above 0 where the node advertises such
+devices even when the device plugin counts every one unhealthy (allocatable 0, capacity kept)."""
 DEVICE_PLUGIN_LABEL = "label_nvidia_com_gpu_deploy_device_plugin"
 """The GPU Operator's node label ``nvidia.com/gpu.deploy.device-plugin`` as kube-state-metrics
 exports it (``kube_node_labels``, where ``--metric-labels-allowlist`` names it):
@@ -1472,10 +1476,15 @@ class _KsmView:
 def _read_node_gpus(counted: dict[str, float], lab: dict[str, str], v: float) -> None:
     """One ``node_gpus`` sample into the node's ``counted``: ``nvidia.com/gpu`` (a sample without
     ``resource`` is one) by metric name; the other GPU resources' allocatable as their largest
-    finite value under :data:`OTHER_GPU_ALLOCATABLE`."""
+    finite value under :data:`OTHER_GPU_ALLOCATABLE`, and their capacity or allocatable under
+    :data:`OTHER_GPU_DEVICES`."""
+    name = lab.get("__name__", "")
     if lab.get("resource", "nvidia_com_gpu") == "nvidia_com_gpu":
-        counted[lab.get("__name__", "")] = v
-    elif lab.get("__name__") == "kube_node_status_allocatable" and math.isfinite(v):
+        counted[name] = v
+        return
+    if name in ("kube_node_status_capacity", "kube_node_status_allocatable") and math.isfinite(v):
+        counted[OTHER_GPU_DEVICES] = max(v, counted.get(OTHER_GPU_DEVICES, 0.0))
+    if name == "kube_node_status_allocatable" and math.isfinite(v):
         counted[OTHER_GPU_ALLOCATABLE] = max(v, counted.get(OTHER_GPU_ALLOCATABLE, 0.0))
 
 
@@ -2224,7 +2233,8 @@ def _replicas_of(
 def _mig_instances_counted(node: NodeState, product: str = "", mixed: bool = False) -> int | None:
     """MIG instances per GPU where the node's ``nvidia.com/gpu`` counts MIG instances (the
     ``single`` strategy); None where it counts GPUs with MIG disabled (no MIG, or the ``mixed``
-    strategy: ``mixed`` set, i.e. a ``nvidia.com/mig-<profile>`` resource allocatable above 0, a
+    strategy: ``mixed`` set, i.e. a ``nvidia.com/mig-<profile>`` resource advertised (capacity or
+    allocatable above 0, :data:`OTHER_GPU_DEVICES`), a
     reported GPU with MIG disabled, or instances of two profiles), 0 where it counts instances of
     a number per GPU not known (GFD's ``-MIG-INVALID``, a profile not known and no reported
     instance).
@@ -2234,7 +2244,8 @@ def _mig_instances_counted(node: NodeState, product: str = "", mixed: bool = Fal
     series win over a label left from an earlier layout; else, with no instance reported,
     ``product``: GPU feature discovery's ``nvidia.com/gpu.product`` (``<model>-MIG-<profile>``
     under the ``single`` strategy), or ``-MIG-<profile>`` from GKE's
-    ``cloud.google.com/gke-gpu-partition-size``. A profile not known falls back to the most
+    ``cloud.google.com/gke-gpu-partition-size``. Instances without ``modelName`` (model
+    ``unknown``) keep the label's model. A profile not known falls back to the most
     instances any reported GPU has."""
     parents: dict[int, int] = defaultdict(int)
     seen: dict[str, str] = {}  # profile -> model of the reported instances
@@ -2251,8 +2262,23 @@ def _mig_instances_counted(node: NodeState, product: str = "", mixed: bool = Fal
     if mixed or len(seen) > 1 or not (mig or parents):
         return None
     if seen:  # the instances' own profile and model, not a label left from another layout
-        ((profile, model),) = seen.items()
+        ((profile, own_model),) = seen.items()
+        model = model if own_model == "unknown" and model else own_model
     return _mig_instances_per_gpu(profile, model) or max(parents.values(), default=0)
+
+
+def _idle_instance_model(node: NodeState, product: str) -> str:
+    """``"<model> MIG <profile>"`` of the MIG instances of a ``single``-strategy GPU that no pod
+    holds (:func:`add_missing_gpus`): the reported instances' model and profile, else (or where
+    their model is ``unknown``) those of ``product`` (:data:`PRODUCT_LABEL` ``<model>-MIG-<profile>``,
+    or GKE's ``-MIG-<profile>``)."""
+    model, _, profile = product.removesuffix(SHARED_SUFFIX).partition(MIG_SUFFIX)
+    for g in node.gpus:
+        if g.mig_parent is not None:
+            own_model, _, profile = g.model.rpartition(" MIG ")
+            model = model if own_model == "unknown" and model else own_model
+            break
+    return f"{model or 'unknown'} MIG {profile}"
 
 
 def add_missing_gpus(
@@ -2279,8 +2305,9 @@ def add_missing_gpus(
     instances: :func:`_mig_instances_counted`) and compared with the physical GPUs reported, so
     an 8-GPU node of 56 ``1g.10gb`` instances whose exporter is paused has 8 placeholders, not
     56; a node of MIG instances whose count per GPU is not known gets none. The ``mixed``
-    strategy (a ``nvidia.com/mig-<profile>`` resource allocatable above 0, :data:`OTHER_GPU_ALLOCATABLE`)
-    leaves MIG GPUs out of ``nvidia.com/gpu``: its devices are compared with the GPUs with MIG
+    strategy (a ``nvidia.com/mig-<profile>`` resource advertised: capacity or allocatable above 0,
+    :data:`OTHER_GPU_DEVICES`, so a node whose instances are all unhealthy stays mixed) leaves MIG
+    GPUs out of ``nvidia.com/gpu``: its devices are compared with the GPUs with MIG
     disabled, the MIG GPUs adding to the physical count. ``device_plugin``
     (:data:`DEVICE_PLUGIN_LABEL`'s value) ``paused-for-mig-change``: none is added (the MIG
     manager stopped the plugin, exporter and GPU feature discovery, whose labels it may have
@@ -2292,16 +2319,18 @@ def add_missing_gpus(
     allocatable (healthy devices, less the node's reported healthy GPUs) leaves room for; the rest
     of capacity stays placeholders (the device plugin takes a failed GPU's replicas out of
     allocatable only, so a reported unhealthy GPU takes no share of allocatable). On a MIG node
-    of the ``single`` strategy those are MIG GPUs whose instances are not known: added healthy
-    with nothing free, as the ``nvml`` source reports a MIG GPU without instances (allocatable
-    less the healthy reported instances, over the instances per GPU); a MIG GPU of the ``mixed``
-    strategy is never added.
+    of the ``single`` strategy each such GPU is added as its instances per GPU, idle (1000 free),
+    as reported instances are (``index = 100 * (gpu + 1) + n``, ``n`` 0 up: the exporter gives no
+    GPU instance id for them; ``mig_parent`` the GPU; model ``"<model> MIG <profile>"``,
+    :func:`_idle_instance_model`), so an idle MIG node is placeable (allocatable less the healthy
+    reported instances, over the instances per GPU); a MIG GPU of the ``mixed`` strategy is never
+    added.
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
     if not devices or not math.isfinite(devices) or device_plugin == "paused-for-mig-change":
         return
     parents = {g.mig_parent for g in node.gpus if g.mig_parent is not None}
-    per_gpu = _mig_instances_counted(node, product, counted.get(OTHER_GPU_ALLOCATABLE, 0.0) > 0)
+    per_gpu = _mig_instances_counted(node, product, counted.get(OTHER_GPU_DEVICES, 0.0) > 0)
     if per_gpu == 0:
         return
     if per_gpu is None:  # nvidia.com/gpu counts the GPUs with MIG disabled
@@ -2326,9 +2355,15 @@ def add_missing_gpus(
         # already out of it, so only the healthy reported GPUs (or instances) take their share
         healthy = sum(g.healthy for g in node.gpus if (g.mig_parent is None) == (per_gpu is None))
         n_idle = max(0, (int(alloc) // max(1, node.gpu_replicas) - healthy) // (per_gpu or 1))
+    instance = _idle_instance_model(node, product) if per_gpu else ""
     for k, idx in enumerate(free_indices):
-        if k < n_idle:  # a MIG GPU of instances not known: healthy, nothing free
-            node.gpus.append(GpuState(index=idx, model=model, free_milli=0 if per_gpu else 1000))
+        if k < n_idle and per_gpu:  # a MIG GPU no pod holds: its instances, idle
+            node.gpus += [
+                GpuState(index=100 * (idx + 1) + n, model=instance, mig_parent=idx)
+                for n in range(per_gpu)
+            ]
+        elif k < n_idle:
+            node.gpus.append(GpuState(index=idx, model=model))
         else:
             node.gpus.append(
                 GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
