@@ -28,6 +28,8 @@ node whose exporter is gone mid-upgrade does not count as saturated, nor a drain
 spare capacity. So is a node whose GPUs the GPU Operator's MIG manager is reconfiguring
 (``NodeState.device_plugin`` :data:`MIG_CHANGE`): it pauses the device plugin and dcgm-exporter
 but never cordons the node, and until it is done the node has no GPU to offer nor any reading.
+So is a node none of whose GPUs has a DCGM reading (``NodeState.unscraped``: one that just joined,
+its dcgm-exporter not yet scraped): its placeholders would count as unhealthy GPUs.
 
 Weights start at ``w0 = (0.4, 0.35, 0.25)`` (utilisation, VRAM, latency) and adapt online with load:
 after each refresh ``m_i <- (1 - a) m_i + a mean_c(s_ic)`` (``a = 0.1``, ``m`` starting at 0) and
@@ -55,7 +57,7 @@ from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+from fleetmind.serving.telemetry.base import MIG_CHANGE, FleetSnapshot, NodeState
 
 if TYPE_CHECKING:  # deps imports this module: the type only, for the annotations
     from fleetmind.serving.deps import Services
@@ -113,18 +115,13 @@ def _finite(value: float | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-MIG_CHANGE = "paused-for-mig-change"
-"""The value the GPU Operator's MIG manager gives node label ``nvidia.com/gpu.deploy.device-plugin``
-(and the other ``nvidia.com/gpu.deploy.*`` labels) while it changes the node's MIG layout: it
-stops the device plugin, GPU feature discovery and dcgm-exporter, applies the layout, then sets
-the labels back to ``true`` (``maybe_set_paused`` in ``deployments/gpu-operator/reconfigure-mig.sh``
-of NVIDIA/mig-parted). It does not cordon the node."""
-
-
 def takes_no_work(node: NodeState) -> bool:
-    """Whether ``node`` is left out of cluster health: not schedulable (cordoned, or not Ready),
-    or its device plugin paused by the MIG manager (:data:`MIG_CHANGE`)."""
-    return not node.schedulable or node.device_plugin == MIG_CHANGE
+    """Whether ``node`` is left out of cluster health: not schedulable (cordoned, being removed
+    by an autoscaler, or not Ready), its device plugin paused by the MIG manager
+    (:data:`MIG_CHANGE`), or every GPU of it a placeholder (:attr:`NodeState.unscraped`: a node
+    that just joined, before its dcgm-exporter is scraped, is not yet judged; the extender judges
+    it as unknown too)."""
+    return not node.schedulable or node.device_plugin == MIG_CHANGE or node.unscraped
 
 
 def snapshot_signals(snapshot: FleetSnapshot) -> dict[str, ClusterSignals]:
@@ -136,14 +133,15 @@ def snapshot_signals(snapshot: FleetSnapshot) -> dict[str, ClusterSignals]:
     treats it.
 
     A node that is not schedulable (cordoned, or its ``Ready`` condition ``False``/``Unknown``),
-    or whose GPUs the MIG manager is reconfiguring (:func:`takes_no_work`), counts in no signal:
+    whose GPUs the MIG manager is reconfiguring, or none of whose GPUs has a DCGM reading yet
+    (:func:`takes_no_work`), counts in no signal:
     its cluster is still listed, with ``None`` where no other node reads.
     """
     acc: dict[str, dict[str, float]] = {}
     for n in snapshot.nodes:
         a = acc.setdefault(n.cluster, dict.fromkeys(
             ("util", "util_n", "used", "total", "cpu_used", "cpu_alloc"), 0.0))  # fmt: skip
-        if takes_no_work(n):  # draining for maintenance or a MIG change: no new work
+        if takes_no_work(n):  # draining, a MIG change, or not yet scraped: no judged work
             continue
         for g in n.gpus:
             total = _finite(g.mem_total_mib)

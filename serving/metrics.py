@@ -14,7 +14,7 @@
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
 | ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
-| ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible), ``path`` (placements, filter, prioritize: the placement route or the kube-scheduler extender's) |
+| ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible; the extender's paths also cpu_only, passthrough: ``placed`` counts GPU pods only there), ``path`` (placements, filter, prioritize: the placement route or the kube-scheduler extender's) |
 | ``fleetmind_ready`` | gauge | - (1 ready, 0 not: the verdict of the last ``/readyz`` answer, or of a check at the scrape when no ``/readyz`` was answered for :data:`READY_STALE_S`) |
 | ``fleetmind_tls_handshake_failures_total`` | counter | - (TLS handshakes refused: a client certificate the scheduler CA did not sign or that expired, a client that does not trust the server's, plain HTTP to the HTTPS port; :mod:`fleetmind.serving.tls`) |
 

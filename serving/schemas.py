@@ -486,9 +486,14 @@ class NodeOut(BaseModel):
     memory_mib_free: int
     gpus: list[GpuOut]
     schedulable: bool = True
-    """False when cordoned or not Ready: placements leave the node out."""
+    """False when cordoned, being removed by an autoscaler, or not Ready: placements leave the
+    node out."""
     cordoned: bool = False
     """``spec.unschedulable`` (kube-state-metrics' ``kube_node_spec_unschedulable``)."""
+    draining: str = ""
+    """The taint key of a node an autoscaler is removing (Cluster Autoscaler's
+    ``ToBeDeletedByClusterAutoscaler``, Karpenter's ``karpenter.sh/disrupted``, from
+    kube-state-metrics' ``kube_node_spec_taint``); empty when not so tainted or not reported."""
     not_ready: Literal["false", "unknown"] | None = None
     """The ``Ready`` condition's status when it is not True; null when Ready or not reported."""
 

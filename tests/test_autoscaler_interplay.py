@@ -224,5 +224,105 @@ def test_the_refusal_alert_is_documented_with_a_runbook() -> None:
         r for g in groups for r in g["rules"] if r.get("alert") == "FleetMindFilterRefusingAll"
     ]
     assert 'path="filter",result="infeasible"' in rule["expr"]
+    # GPU placements only (CPU-only and passed-through pods have their own result values), summed
+    # over a deployment's replicas (kube-scheduler's calls are load-balanced between them)
+    assert 'path="filter",result="placed"' in rule["expr"]
+    assert "by (instance)" not in rule["expr"] and "on (namespace, job)" in rule["expr"]
     assert rule["annotations"]["runbook_url"] == "docs/deploy.md#fleetminds-own-alerts"
     assert "nodeSelector" in rule["annotations"]["description"]
+
+
+def test_health_leaves_out_a_just_joined_node_without_readings() -> None:
+    """An idle 8-GPU node in kube-state-metrics whose dcgm-exporter is not yet scraped (every GPU
+    a placeholder, :attr:`NodeState.unscraped`) is not judged: before, its placeholders counted
+    as unhealthy GPUs and the cluster's health fell from 1.0 to 0.733."""
+    before = build_nodes(dcgm("old-1", 8), ksm("old-1"))
+    after = build_nodes(dcgm("old-1", 8), ksm("old-1", "ca-new-1"))
+    new = {n.name: n for n in after}["ca-new-1"]
+    assert new.unscraped and not {n.name: n for n in after}["old-1"].unscraped
+    for nodes in (before, after):
+        health = fleet_health(HealthModel(), FleetSnapshot(source="p", nodes=nodes))
+        assert health.clusters[0].health == pytest.approx(1.0)
+    # a node reporting some of its GPUs is judged: its placeholders count as unhealthy
+    (half,) = build_nodes(dcgm("half-1", 4), ksm("half-1"))
+    assert not half.unscraped
+    health = fleet_health(HealthModel(), FleetSnapshot(source="p", nodes=[half]))
+    assert health.clusters[0].health < 0.9
+
+
+def test_the_fleet_api_names_the_removal_taint(client: TestClient) -> None:
+    """GET /api/v1/fleet: ``schedulable`` false for a node being removed, and ``draining`` says
+    why (neither cordoned nor not Ready explains it)."""
+    client.app.state.services.telemetry = SimSource(drained_fleet())
+    nodes = {n["name"]: n for n in client.get("/api/v1/fleet").json()["nodes"]}
+    assert (nodes["ca-1"]["draining"], nodes["kp-1"]["draining"]) == (CA_KEY, KARPENTER_KEY)
+    assert not nodes["ca-1"]["schedulable"] and not nodes["ca-1"]["cordoned"]
+    assert nodes["busy-1"]["draining"] == "" and nodes["busy-1"]["schedulable"]
+
+
+def test_a_node_paused_for_a_mig_change_is_refused_as_such(client: TestClient) -> None:
+    """The GPU Operator's MIG manager sets ``nvidia.com/gpu.deploy.device-plugin`` to
+    ``paused-for-mig-change`` and stops dcgm-exporter (NVIDIA/mig-parted,
+    deployments/gpu-operator/reconfigure-mig.sh): the node has no GPU then. Before, the reason
+    was "node has fewer GPUs than the pod's 1"."""
+    paused = ("node_gpu_replicas", {"node": "mig-0",
+              "label_nvidia_com_gpu_deploy_device_plugin": "paused-for-mig-change"}, 1.0)  # fmt: skip
+    nodes = build_nodes(dcgm("old-1", 8), [*ksm("old-1", "mig-0"), paused])
+    client.app.state.services.telemetry = SimSource(nodes)
+    r = client.post(FILTER, json={"Pod": _pod(1), "NodeNames": ["old-1", "mig-0"]})
+    assert r.status_code == 200, r.text
+    reason = r.json()["FailedAndUnresolvableNodes"]["mig-0"]
+    assert "paused for a MIG change" in reason and "fewer GPUs" not in reason
+
+
+def test_the_doctor_asks_for_the_device_plugin_label() -> None:
+    """Without ``nvidia.com/gpu.deploy.device-plugin`` in kube-state-metrics' allowlist a node
+    paused for a MIG change cannot be told from one whose exporter is down."""
+    from fleetmind.serving.telemetry.doctor import _missing_gpus
+
+    snap = FleetSnapshot(source="p", nodes=build_nodes(dcgm("half-1", 4), ksm("half-1")))
+    (finding,) = _missing_gpus(snap)
+    assert "nvidia.com/gpu.deploy.device-plugin" in finding.message
+
+
+def _results(client: TestClient) -> dict[str, float]:
+    """``fleetmind_placements_total{path="filter"}`` by ``result`` from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        s.labels["result"]: s.value
+        for f in text_string_to_metric_families(client.get("/metrics").text)
+        for s in f.samples
+        if s.name == "fleetmind_placements_total" and s.labels["path"] == "filter"
+    }
+
+
+def test_the_filter_counts_gpu_placements_apart(client: TestClient) -> None:
+    """``result="placed"`` counts GPU pods only, so pods asking no GPU (``cpu_only``) or devices
+    FleetMind leaves to kube-scheduler (``passthrough``, a DRA claim) do not silence
+    FleetMindFilterRefusingAll while every GPU pod is refused. Before, all three were "placed"."""
+    client.app.state.services.telemetry = SimSource(build_nodes(dcgm("old-1", 8), ksm("old-1")))
+    cpu = {"metadata": {"name": "web", "namespace": "ml", "uid": "u2"},
+           "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]}}  # fmt: skip
+    dra = {"metadata": {"name": "dra", "namespace": "ml", "uid": "u3"},
+           "spec": {"containers": [{"name": "m"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one"}]}}  # fmt: skip
+    bodies = [cpu, dra, _pod(1), _pod(9)]
+    before = _results(client)
+    for body in bodies:
+        r = client.post(FILTER, json={"Pod": body, "NodeNames": ["old-1"]})
+        assert r.status_code == 200, r.text
+    after = _results(client)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
+    assert delta == {"cpu_only": 1.0, "passthrough": 1.0, "placed": 1.0, "infeasible": 1.0}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+def test_the_refusal_alert_passes_its_promtool_tests() -> None:
+    """deploy/fleetmind-rules.test.yml: refusing from the start fires after 20 minutes, the last
+    GPU placement at 21m fires 30 minutes later, CPU-only placements do not silence it, and one
+    refusing replica beside a placing one stays silent."""
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    done = subprocess.run(["promtool", "test", "rules", "fleetmind-rules.test.yml"], cwd=deploy,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

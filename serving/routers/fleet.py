@@ -52,6 +52,7 @@ def fleet(
                 gpus=gpus,
                 schedulable=n.schedulable,
                 cordoned=n.cordoned,
+                draining=n.draining,
                 not_ready=n.not_ready,
             )
         )

@@ -139,7 +139,13 @@ from fleetmind.serving.scheduler.placement import (
     parse_gpu_models,
 )
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, profile_key
+from fleetmind.serving.telemetry.base import (
+    MIG_CHANGE,
+    FleetSnapshot,
+    GpuState,
+    NodeState,
+    profile_key,
+)
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -911,6 +917,10 @@ def _cause(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bo
             f"{len(healthy)} healthy, {missing} without a DCGM reading, {len(eligible)} in all "
             f"of {kind}GPU(s); pod needs {req.num_gpu}"
         )
+        if len(eligible) < req.num_gpu and node.device_plugin == MIG_CHANGE:
+            # the MIG manager stopped the device plugin and dcgm-exporter: no GPU until it is done
+            why = f"GPUs paused for a MIG change (nvidia.com/gpu.deploy.device-plugin={MIG_CHANGE})"
+            return why, True, detail
         if len(eligible) < req.num_gpu:
             return f"node has fewer {kind}GPUs than the pod's {req.num_gpu}{own}", True, detail
         cause = "no_reading" if missing else "unhealthy"
@@ -1267,8 +1277,9 @@ def unscraped(known: dict[str, NodeState]) -> set[str]:
     joined (Cluster Autoscaler, Karpenter) before its exporter is scraped. FleetMind cannot judge
     such a node, so :func:`decide` treats it as a node telemetry does not know: a 503 when no
     candidate is left (kube-scheduler skips an ``ignorable`` extender), else unresolvable as an
-    unknown node. A node reporting some of its GPUs is judged (its placeholders unhealthy)."""
-    return {n for n, node in known.items() if node.gpus and all(g.missing for g in node.gpus)}
+    unknown node. A node reporting some of its GPUs is judged (its placeholders unhealthy):
+    :attr:`NodeState.unscraped`, which cluster health reads too."""
+    return {n for n, node in known.items() if node.unscraped}
 
 
 _UNSCRAPED_HINT = (

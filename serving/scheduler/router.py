@@ -186,7 +186,7 @@ def _decide(
     heuristic included: the one ``GET /api/v1/models`` and ``POST /api/v1/placements`` name), hold
     ``to_hold(decision)`` (database holds), and count the decision in
     ``fleetmind_placements_total`` (``path``: filter or prioritize; ``policy``: that policy's name,
-    e.g. ``ppo`` or ``heuristic:BestFit``).
+    e.g. ``ppo`` or ``heuristic:BestFit``; ``result``: :func:`_outcome`).
 
     Deciding and holding happen under ``services.place_lock`` (shared with ``reserve=true``
     placements), so the calls of one process never decide on the same free capacity; the hold
@@ -235,9 +235,21 @@ def _decide(
                 f"the capacity chosen for pod {req.key} was taken by other decisions "
                 f"{_HOLD_TRIES} times in a row; retry"
             )
-    outcome = "placed" if decision.options or decision.passthrough else "infeasible"
-    services.metrics.placements.labels(model.method, outcome, path).inc()
+    services.metrics.placements.labels(model.method, _outcome(req, decision), path).inc()
     return req, decision
+
+
+def _outcome(req: ext.PodRequest, decision: ext.Decision) -> str:
+    """The ``result`` label of ``fleetmind_placements_total`` for an extender decision:
+    ``infeasible`` (no node kept), ``cpu_only`` (a pod asking no GPU, kept on some node),
+    ``passthrough`` (devices FleetMind does not model, DRA claims or other vendors' accelerators:
+    kube-scheduler places it) or ``placed`` (a GPU pod kept on some node), so that ``placed``
+    counts GPU pods only."""
+    if not (decision.options or decision.passthrough):
+        return "infeasible"
+    if decision.cpu_only:
+        return "cpu_only"
+    return "placed" if req.num_gpu else "passthrough"
 
 
 @router.post(

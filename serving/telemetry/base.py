@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MIG_CHANGE = "paused-for-mig-change"
+"""The value the GPU Operator's MIG manager gives node label ``nvidia.com/gpu.deploy.device-plugin``
+(and the other ``nvidia.com/gpu.deploy.*`` labels) while it changes the node's MIG layout: it
+stops the device plugin, GPU feature discovery and dcgm-exporter, applies the layout, then sets
+the labels back to ``true`` (``maybe_set_paused`` in ``deployments/gpu-operator/reconfigure-mig.sh``
+of NVIDIA/mig-parted). It does not cordon the node."""
+
 
 @dataclass
 class GpuState:
@@ -128,6 +135,17 @@ class NodeState:
         """Whether the node has accelerators: GPUs in telemetry (healthy or not) or
         :attr:`other_devices`."""
         return bool(self.gpus or self.other_devices)
+
+    @property
+    def unscraped(self) -> bool:
+        """Whether every GPU of the node is a placeholder (:attr:`GpuState.missing`): the kubelet
+        counts ``nvidia.com/gpu`` there but dcgm-exporter reports none of them, as on a node that
+        just joined (Cluster Autoscaler, Karpenter) before its exporter is scraped. Such a node
+        cannot be judged: the extender treats it as a node telemetry does not know
+        (:func:`fleetmind.serving.scheduler.extender.unscraped`) and cluster health leaves it out
+        (:func:`fleetmind.serving.health.takes_no_work`). ``False`` for a node without GPUs or
+        reporting some of them (its placeholders count as unhealthy GPUs)."""
+        return bool(self.gpus) and all(g.missing for g in self.gpus)
 
     @property
     def schedulable(self) -> bool:

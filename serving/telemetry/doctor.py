@@ -423,9 +423,11 @@ def _missing_gpus(snap: Any) -> list[Finding]:
             f"{len(short)} node(s) report fewer GPUs than kube-state-metrics counts "
             f"(nvidia.com/gpu capacity): {', '.join(short[:5])}; the others are shown unhealthy "
             "(fallen off the bus, exporter down, or their series name another node: see layout). "
-            "Time-sliced, MPS or MIG nodes: export the replicas and MIG profile labels "
+            "Time-sliced, MPS or MIG nodes: export the replicas and MIG profile labels, and the "
+            "GPU Operator's device-plugin label that marks a node paused for a MIG change "
             "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas,"
-            "nvidia.com/gpu.product,cloud.google.com/gke-max-shared-clients-per-gpu,"
+            "nvidia.com/gpu.product,nvidia.com/gpu.deploy.device-plugin,"
+            "cloud.google.com/gke-max-shared-clients-per-gpu,"
             "cloud.google.com/gke-gpu-partition-size], the last two on GKE)",
         )
     ]
