@@ -250,6 +250,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "FleetMindExtenderErrors",
                 "FleetMindTLSHandshakeFailures",
                 "FleetMindExtenderSlow",
+                "FleetMindFilterRefusingAll",
                 "FleetMindIncidentGroupingLag",
                 "FleetMindModelFallback",
                 "FleetMindNotificationsFailing",  # outcome="dropped"
