@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -49,7 +48,7 @@ from fleetmind.serving.deps import (
     matched_route,
     require_scope,
 )
-from fleetmind.serving.failure_log import RequestFailureLog
+from fleetmind.serving.failure_log import LineThrottle, RequestFailureLog
 from fleetmind.serving.graph_refresh import GraphRefresher, Stamp, file_stamp, file_version
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.http_guard import CUT_STATUS_KEY
@@ -806,25 +805,15 @@ class ExtenderRefusalLog:
         every_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.logger, self.every_s, self.clock = logger, every_s, clock
-        self._last: dict[tuple[str, int, str], float] = {}
-        self._quiet: dict[tuple[str, int, str], int] = {}
-        self._lock = threading.Lock()
+        self.logger = logger
+        self._throttle = LineThrottle(every_s, clock)  # per route, status and error class
 
     def refused(self, route: str, code: int, err: BaseException, pod: str) -> None:
         """Log (or count) the refusal ``code`` of ``route`` with ``err`` for pod key ``pod``."""
-        key = (route, code, type(err).__name__)
-        with self._lock:
-            now, last = self.clock(), self._last.get(key)
-            if last is not None and 0 <= now - last < self.every_s:
-                self._quiet[key] = self._quiet.get(key, 0) + 1
-                return
-            quiet, self._quiet[key], self._last[key] = self._quiet.get(key, 0), 0, now
-        since = (
-            f" ({quiet} more refused like it in the last {now - last:.0f} s)"
-            if quiet and last is not None
-            else ""
-        )
+        if (seen := self._throttle.due((route, code, type(err).__name__))) is None:
+            return
+        quiet, age = seen
+        since = f" ({quiet} more refused like it in the last {age:.0f} s)" if quiet else ""
         reason = one_line(err, 500)  # a pod's values are free text
         self.logger.warning(
             "extender refused POST %s (%d) for pod %s: %s%s", route, code, pod, reason, since

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from sqlalchemy.exc import DBAPIError
 
@@ -101,6 +101,34 @@ def first_line(err: BaseException) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
+class LineThrottle:
+    """At most one log line per key every ``every_s`` seconds, counting the events in between
+    (thread-safe; the keys are few: a route, status and error class, say).
+
+    Args:
+        every_s: least seconds between two lines about one key.
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s, self.clock = every_s, clock
+        self._last: dict[Hashable, float] = {}  # key -> when its last line was logged
+        self._quiet: dict[Hashable, int] = {}  # key -> events since that line
+        self._lock = threading.Lock()
+
+    def due(self, key: Hashable) -> tuple[int, float] | None:
+        """``None`` while ``key``'s last line is younger than ``every_s`` (the event is counted);
+        else ``(events counted since that line, its age in seconds)``, ``(0, 0.0)`` for a first
+        line, and the line is taken as logged now."""
+        with self._lock:
+            now, last = self.clock(), self._last.get(key)
+            if last is not None and 0 <= now - last < self.every_s:
+                self._quiet[key] = self._quiet.get(key, 0) + 1
+                return None
+            quiet, self._quiet[key], self._last[key] = self._quiet.get(key, 0), 0, now
+        return quiet, (now - last if last is not None else 0.0)
+
+
 class RequestFailureLog:
     """Logs the requests that failed on an unavailable database as one line each, and while the
     failures go on, one line at most every ``every_s`` seconds per exception class, with how many
@@ -126,25 +154,16 @@ class RequestFailureLog:
         every_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.logger, self.every_s, self.clock = logger, every_s, clock
-        self._last: dict[str, float] = {}  # exception class -> when its last line was logged
-        self._quiet: dict[str, int] = {}  # exception class -> failures since that line
-        self._lock = threading.Lock()
+        self.logger = logger
+        self._throttle = LineThrottle(every_s, clock)  # per exception class
 
     def failed(self, err: BaseException, method: str, route: str) -> None:
         """Log (or count) the failure ``err`` of a ``method`` request to ``route``."""
         kind = type(err).__name__
-        with self._lock:
-            now, last = self.clock(), self._last.get(kind)
-            if last is not None and 0 <= now - last < self.every_s:
-                self._quiet[kind] = self._quiet.get(kind, 0) + 1
-                return
-            quiet, self._quiet[kind], self._last[kind] = self._quiet.get(kind, 0), 0, now
-        since = (
-            f"; {quiet} more failed like it in the last {now - last:.0f} s"
-            if quiet and last is not None
-            else ""
-        )
+        if (seen := self._throttle.due(kind)) is None:
+            return
+        quiet, age = seen
+        since = f"; {quiet} more failed like it in the last {age:.0f} s" if quiet else ""
         self.logger.error(
             "database error on %s %s: %s: %s (worker pid %d%s)",
             method,
