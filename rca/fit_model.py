@@ -367,6 +367,31 @@ def model_inputs(graph: DependencyGraph) -> tuple[Any, Any]:
     )
 
 
+def ranked_causes(
+    graph: DependencyGraph, order_by: np.ndarray, scores: np.ndarray, top_k: int | None = None
+) -> list[RankedCause]:
+    """The nodes of ``graph`` as causes, highest ``order_by`` first (a stable sort: ties keep graph
+    order), each scored ``scores[i]``; the first ``top_k`` only (all when ``None``).
+
+    Args:
+        order_by, scores: shape ``(|V|,)``, in ``graph.nodes`` order (logits, and the same logits or
+            their softmax).
+    """
+    order = np.argsort(-order_by, kind="stable")
+    if top_k is not None:
+        order = order[:top_k]
+    return [
+        RankedCause(
+            node=graph.nodes[i].id,
+            kind=graph.nodes[i].kind,
+            cluster=graph.nodes[i].cluster,
+            score=float(scores[i]),
+            path=(graph.nodes[i].id,),
+        )
+        for i in order
+    ]
+
+
 class FittedGATAnalyzer(BaseAnalyzer):
     """Root-cause ranking with a GAT fitted to one system by ``fleetmind rca fit``.
 
@@ -413,17 +438,5 @@ class FittedGATAnalyzer(BaseAnalyzer):
         self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]], top_k: int | None = None
     ) -> RCAResult:
         s = self.scores(graph, alerts)
-        order = np.argsort(-s, kind="stable")
-        if top_k is not None:
-            order = order[:top_k]
-        causes = [
-            RankedCause(
-                node=graph.nodes[i].id,
-                kind=graph.nodes[i].kind,
-                cluster=graph.nodes[i].cluster,
-                score=float(s[i]),
-                path=(graph.nodes[i].id,),
-            )
-            for i in order
-        ]
+        causes = ranked_causes(graph, s, s, top_k)
         return RCAResult(causes=causes, method=self.name, model_version=self.version)

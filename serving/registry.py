@@ -49,8 +49,13 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.rca import baselines
-from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
-from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_node_overlap, is_fit_artifact
+from fleetmind.rca.base import BaseAnalyzer, RCAResult
+from fleetmind.rca.fit_model import (
+    FittedGATAnalyzer,
+    fit_node_overlap,
+    is_fit_artifact,
+    ranked_causes,
+)
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
 from fleetmind.serving.scheduler.placement import (
     BestFitPlacer,
@@ -531,20 +536,8 @@ class FittedProbabilityAnalyzer(BaseAnalyzer):
             probs = e / total if total > 0 else np.full(logits.size, 1.0 / logits.size)
         else:
             probs = logits
-        # the fitted model's own order (stable argsort of its logits), causes only for the top_k
-        order = np.argsort(-logits, kind="stable")
-        if top_k is not None:
-            order = order[:top_k]
-        causes = [
-            RankedCause(
-                node=graph.nodes[i].id,
-                kind=graph.nodes[i].kind,
-                cluster=graph.nodes[i].cluster,
-                score=float(probs[i]),
-                path=(graph.nodes[i].id,),
-            )
-            for i in order
-        ]
+        # the fitted model's own order (its logits), causes only for the top_k
+        causes = ranked_causes(graph, logits, probs, top_k)
         return RCAResult(causes=causes, method=self.name, model_version=self.version)
 
 
