@@ -93,3 +93,21 @@ def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 @pytest.fixture
 def repo_root():
     return REPO_ROOT
+
+
+@pytest.fixture
+def rca_fit_folder(tmp_path: Path) -> Path:
+    """A tiny model in the folder format ``fleetmind rca fit`` writes, fitted on the services
+    ``a b c`` (untrained weights, seeded: for how the service loads and scores such a folder, not
+    how well it ranks)."""
+    from fleetmind.data.graph import DependencyGraph, GraphNode
+    from fleetmind.rca.fit_model import NUM_FIT_FEATURES, save_fit_artifact
+    from fleetmind.rca.model import GATConfig, GATRanker
+
+    torch.manual_seed(0)
+    cfg = GATConfig(
+        in_dim=NUM_FIT_FEATURES, hidden=8, heads=1, layers=2, fault_types=[], crop_hops=None
+    )
+    g = DependencyGraph("mysys", [GraphNode(id=n, kind="service") for n in "abc"], [])
+    observed = np.zeros((3, 5), dtype=bool)
+    return save_fit_artifact(GATRanker(cfg), tmp_path / "fit", g, observed, {"roles": {}})

@@ -21,12 +21,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from serving_helpers import notify_settings
 
 from fleetmind.data.graph import DependencyGraph, GraphNode
-from fleetmind.rca.fit_model import NUM_FIT_FEATURES, FittedGATAnalyzer, save_fit_artifact
-from fleetmind.rca.model import GATConfig, GATRanker
+from fleetmind.rca.fit_model import FittedGATAnalyzer
 from fleetmind.serving.notify import confidence_words
 from fleetmind.serving.registry import FittedProbabilityAnalyzer, ModelRegistry
 
@@ -36,18 +34,6 @@ T0 = "2026-12-07T12:00:00Z"
 @pytest.fixture(autouse=True)
 def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-
-
-@pytest.fixture
-def fitted(tmp_path: Path) -> Path:
-    """A tiny seeded model in the folder format ``fleetmind rca fit`` writes, fitted on ``a b c``."""
-    torch.manual_seed(0)
-    cfg = GATConfig(
-        in_dim=NUM_FIT_FEATURES, hidden=8, heads=1, layers=2, fault_types=[], crop_hops=None
-    )
-    g = DependencyGraph("mysys", [GraphNode(id=n, kind="service") for n in "abc"], [])
-    observed = np.zeros((3, 5), dtype=bool)
-    return save_fit_artifact(GATRanker(cfg), tmp_path / "fit", g, observed, {"roles": {}})
 
 
 def _edit_config(folder: Path, **changes: Any) -> None:
@@ -60,10 +46,10 @@ def _served_rca(folder: Path) -> Any:
     return ModelRegistry(str(folder), "heuristic:builtin-bestfit").load().rca
 
 
-def test_a_model_pt_of_another_network_falls_back_with_one_line(fitted: Path) -> None:
-    cfg = json.loads((fitted / "config.json").read_text())
-    _edit_config(fitted, model={**cfg["model"], "hidden": 16})
-    rca = _served_rca(fitted)
+def test_a_model_pt_of_another_network_falls_back_with_one_line(rca_fit_folder: Path) -> None:
+    cfg = json.loads((rca_fit_folder / "config.json").read_text())
+    _edit_config(rca_fit_folder, model={**cfg["model"], "hidden": 16})
+    rca = _served_rca(rca_fit_folder)
     assert rca.method != "gat_fit"
     reason = rca.fallback_reason
     assert "\n" not in reason and len(reason) < 500, reason
@@ -82,10 +68,10 @@ def test_a_model_pt_of_another_network_falls_back_with_one_line(fitted: Path) ->
     ],
 )
 def test_a_config_json_of_wrong_types_falls_back_at_load(
-    fitted: Path, field: str, value: Any
+    rca_fit_folder: Path, field: str, value: Any
 ) -> None:
-    _edit_config(fitted, **{field: value})
-    rca = _served_rca(fitted)
+    _edit_config(rca_fit_folder, **{field: value})
+    rca = _served_rca(rca_fit_folder)
     assert rca.method != "gat_fit", rca
     assert f"'{field}'" in rca.fallback_reason and "\n" not in rca.fallback_reason
 
@@ -99,9 +85,9 @@ def _alerts(node: str) -> list[dict[str, Any]]:
 
 
 def test_a_graph_of_another_system_is_logged_once(
-    fitted: Path, caplog: pytest.LogCaptureFixture
+    rca_fit_folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    served = FittedProbabilityAnalyzer(FittedGATAnalyzer.load(fitted))
+    served = FittedProbabilityAnalyzer(FittedGATAnalyzer.load(rca_fit_folder))
     with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
         served.find_root_causes(_graph("mysys", "abc"), _alerts("b"), 2)
         assert not [r for r in caplog.records if "gat_fit" in r.getMessage()]

@@ -21,14 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from serving_helpers import notify_settings, webhook
 from ui_helpers import ranked_storm, storm_alerts
 
 from fleetmind.data.graph import DependencyGraph, GraphNode
-from fleetmind.rca.fit_model import NUM_FIT_FEATURES, save_fit_artifact
-from fleetmind.rca.model import GATConfig, GATRanker
 from fleetmind.serving.app import create_app
 from fleetmind.serving.registry import ModelRegistry
 
@@ -41,19 +38,6 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
-@pytest.fixture
-def fitted(tmp_path: Path) -> Path:
-    """A tiny model in the folder format ``fleetmind rca fit`` writes (untrained weights, seeded:
-    what is tested is how the service loads and scores it, not how well it ranks)."""
-    torch.manual_seed(0)
-    cfg = GATConfig(
-        in_dim=NUM_FIT_FEATURES, hidden=8, heads=1, layers=2, fault_types=[], crop_hops=None
-    )
-    g = DependencyGraph("mysys", [GraphNode(id=n, kind="service") for n in "abc"], [])
-    observed = np.zeros((3, 5), dtype=bool)
-    return save_fit_artifact(GATRanker(cfg), tmp_path / "fit", g, observed, {"roles": {}})
-
-
 def _settings(tmp_path: Path, **kw: object) -> object:
     return notify_settings(
         tmp_path, **{"notify_alertmanager_url": "", "notify_webhook_url": "", **kw}
@@ -62,12 +46,12 @@ def _settings(tmp_path: Path, **kw: object) -> object:
 
 # ------------------------------------------------------------------ rca fit models are served
 def test_a_fitted_model_is_served_as_gat_fit_with_softmax_scores(
-    tmp_path: Path, fitted: Path
+    tmp_path: Path, rca_fit_folder: Path
 ) -> None:
     """Before: ``method: deepest`` and ``fallback_reason: "GAT model not loaded: ... is not a
     fleetmind-rca-gat artifact"``."""
     storm = json.loads((REPO / "examples/storm-dns.json").read_text())
-    with TestClient(create_app(_settings(tmp_path, rca_model=str(fitted)))) as c:
+    with TestClient(create_app(_settings(tmp_path, rca_model=str(rca_fit_folder)))) as c:
         rca = c.get("/api/v1/models").json()["rca"]
         assert rca["method"] == "gat_fit", rca
         assert rca["fallback_reason"] is None
@@ -89,12 +73,12 @@ def _graph_size(c: TestClient) -> int:
     return c.app.state.services.graphs.graph.num_nodes
 
 
-def test_softmax_keeps_the_fitted_ranking_and_cuts_after(fitted: Path) -> None:
+def test_softmax_keeps_the_fitted_ranking_and_cuts_after(rca_fit_folder: Path) -> None:
     from fleetmind.rca.fit_model import FittedGATAnalyzer
     from fleetmind.serving.registry import FittedProbabilityAnalyzer
 
-    raw = FittedGATAnalyzer.load(fitted)
-    served = FittedProbabilityAnalyzer(FittedGATAnalyzer.load(fitted))
+    raw = FittedGATAnalyzer.load(rca_fit_folder)
+    served = FittedProbabilityAnalyzer(FittedGATAnalyzer.load(rca_fit_folder))
     g = DependencyGraph("mysys", [GraphNode(id=n, kind="service") for n in "abcd"], [])
     alerts = [{"labels": {"service": "b", "alertname": "HighLatency"}, "startsAt": T0.isoformat()}]
     logits = [c.score for c in raw.find_root_causes(g, alerts).causes]
@@ -176,10 +160,12 @@ def test_baseline_bars_are_relative_to_the_top_score(deepest: TestClient) -> Non
     assert "not calibrated probabilities: bars are relative" in page
 
 
-def test_incidents_ranked_by_a_fitted_model_page_as_warnings(tmp_path: Path, fitted: Path) -> None:
+def test_incidents_ranked_by_a_fitted_model_page_as_warnings(
+    tmp_path: Path, rca_fit_folder: Path
+) -> None:
     """``gat_fit`` is outside ``CALIBRATED_METHODS``: its page says "confidence unknown" and draws
     relative bars, whatever its softmax top score."""
-    with ranked_storm(_settings(tmp_path, rca_model=str(fitted)), T0) as c:
+    with ranked_storm(_settings(tmp_path, rca_model=str(rca_fit_folder)), T0) as c:
         inc = _storm_incident(c)
         assert inc["method"] == "gat_fit" and inc["causes"]
         page = _page(c, inc["id"])
