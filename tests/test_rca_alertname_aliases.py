@@ -46,6 +46,7 @@ NO_VOCABULARY_NAME = {
     "FleetMindExtenderErrors": "self-monitoring",
     "FleetMindTLSHandshakeFailures": "self-monitoring",
     "FleetMindExtenderSlow": "self-monitoring",
+    "FleetMindFilterRefusingAll": "self-monitoring",
     "FleetMindIncidentGroupingLag": "self-monitoring",
     "FleetMindModelFallback": "self-monitoring",
     "FleetMindWebhookRefused": "self-monitoring",
