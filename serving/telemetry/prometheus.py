@@ -296,6 +296,7 @@ from fleetmind.http_client import client as proxied_client
 from fleetmind.http_client import proxied_answer_note, proxy_note
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
+    MIG_CHANGE,
     FleetSnapshot,
     GpuState,
     NodeState,
@@ -2327,7 +2328,7 @@ def add_missing_gpus(
     added.
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
-    if not devices or not math.isfinite(devices) or device_plugin == "paused-for-mig-change":
+    if not devices or not math.isfinite(devices) or device_plugin == MIG_CHANGE:
         return
     parents = {g.mig_parent for g in node.gpus if g.mig_parent is not None}
     per_gpu = _mig_instances_counted(node, product, counted.get(OTHER_GPU_DEVICES, 0.0) > 0)
