@@ -22,7 +22,7 @@ Extra keys (``secondary`` ground truth, ``silent_root``, ...) are kept as they a
 
 Example:
     >>> ds = load_dataset("/tmp/rca_small")          # doctest: +SKIP
-    >>> inc = ds.splits["test"][0]; g = ds.graph_of(inc)
+    >>> inc = ds.splits["test"][0]; g = ds.graph_of(inc)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The names below are the small public API. They load on first use, so ``import fl
 cheap (no torch until a model is asked for)::
 
     >>> import fleetmind
-    >>> ranker = fleetmind.GATAnalyzer.load(None)            # doctest: +SKIP  (the released GAT)
+    >>> ranker = fleetmind.GATAnalyzer.load(None)  # the released GAT  # doctest: +SKIP
     >>> app = fleetmind.create_app()                          # doctest: +SKIP
 """
 

@@ -157,6 +157,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: Path) -> N
     assert {"rich", "tqdm", "stable-baselines3"} <= requires, sorted(requires)
     for page in ("base", "incidents", "incident", "fleet", "login"):  # the /ui templates
         assert f"fleetmind/serving/ui/templates/{page}.html" in names
+    # PEP 561 (https://peps.python.org/pep-0561/): without it mypy/pyright treat fleetmind as untyped
+    assert "fleetmind/py.typed" in names
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
