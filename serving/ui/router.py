@@ -67,10 +67,12 @@ from fleetmind.serving.ui.svg import (
     isolate,
     one_paragraph,
     path_svg,
+    path_text,
     propagation_tree,
     short_id,
     timeline_svg,
     tree_svg,
+    tree_text,
 )
 
 
@@ -882,9 +884,10 @@ def explained_alerting(graph: Any, cause: dict[str, Any], alerting: set[str]) ->
 def _cause_graphs(
     graph: Any, stored: list[dict[str, Any]], firing_nodes: set[str]
 ) -> list[dict[str, Any]]:
-    """The stored causes with ``rank``, their propagation graph (``svg``), ``reached`` and
-    ``in_graph`` (False for a node the served graph no longer has: feedback on it is refused, so
-    the page marks it and offers no Confirm)."""
+    """The stored causes with ``rank``, their propagation graph (``svg``) and its text equivalent
+    (``text``, id ``graph-text-<rank>``, which describes the drawing for screen readers),
+    ``reached`` and ``in_graph`` (False for a node the served graph no longer has: feedback on it
+    is refused, so the page marks it and offers no Confirm)."""
     causes = []
     for rank, c in enumerate(stored, start=1):
         path = list(c.get("path") or [c["node"]])
@@ -894,20 +897,30 @@ def _cause_graphs(
         explained = explained_alerting(graph, c, firing_nodes)  # along dependencies only
         depth, edges = propagation_tree(graph, c["node"], explained, path, reach=dependents(graph))
         arrow = f"arrow-{rank}"  # one drawing per cause: a marker id of its own in the page
+        text_id = f"graph-text-{rank}"
         if depth:
             kinds = {n: graph.node(n).kind for n in depth}
             others = sorted(firing_nodes - explained - {c["node"]})
             hot = explained | ({c["node"]} & firing_nodes)  # the cause's own alerts, too
-            svg = tree_svg(depth, edges, kinds, hot, path, title, arrow, unexplained=others)
+            svg = tree_svg(depth, edges, kinds, hot, path, title, arrow, others, text_id)
+            text = tree_text(depth, edges, kinds, hot, text_id, path, others)
         else:  # the cause is not in the served graph (replaced since): its stored path alone
             kinds = {n: graph.node(n).kind for n in path if n in graph.index}
             kinds.setdefault(c["node"], c.get("kind") or "?")
+            hops = edge_kinds(graph, path)
             svg = path_svg(
-                path, kinds, firing_nodes, edge_kinds(graph, path), title=title, marker_id=arrow
+                path, kinds, firing_nodes, hops, title=title, marker_id=arrow, text_id=text_id
             )
-        in_graph = c["node"] in graph.index
+            text = path_text(path, kinds, firing_nodes, text_id, hops)
         causes.append(
-            {**c, "rank": rank, "svg": Markup(svg), "reached": len(depth), "in_graph": in_graph}
+            {
+                **c,
+                "rank": rank,
+                "svg": Markup(svg),
+                "text": Markup(text),
+                "reached": len(depth),
+                "in_graph": c["node"] in graph.index,
+            }
         )
     return causes
 

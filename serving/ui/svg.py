@@ -49,6 +49,9 @@ _PAD = 12
 _MAX_LABEL = 40
 _CUT_NOTE_H = 24  # px under a tree for each line of note (cut walk, nodes not explained)
 _Adjacency = dict[str, list[tuple[str, str]]]
+_LINE = "#7c8aa0"
+"""A plain box's outline and a thin edge: 3.5:1 on the white card (WCAG 2.1 SC 1.4.11, non-text
+contrast, asks 3:1 of the parts of a graphic needed to understand it; ``#cbd5e1`` was 1.48:1)."""
 MIN_FONT_PX = 10.0
 """The smallest text a drawing may show on screen, in CSS px (the operators' guide promises it)."""
 SMALL_FONT_PX = 11.0
@@ -176,11 +179,15 @@ def short_id(node: str, limit: int = _MAX_LABEL) -> str:
     return head + tail_in_width(node, limit - display_width(head))
 
 
-def _svg_open(width: float, height: float, title: str, cls: str = "path-graph") -> str:
+def _svg_open(
+    width: float, height: float, title: str, cls: str = "path-graph", text_id: str = ""
+) -> str:
     """The ``<svg>`` start tag of a drawing: natural size, shrinkable to :data:`MIN_SCALE` of it
-    (a CSS ``min-width``: a narrower box scrolls)."""
+    (a CSS ``min-width``: a narrower box scrolls); with ``text_id``, described by the element of
+    that id (``aria-describedby``: its text equivalent, :func:`tree_text`)."""
+    described = f' aria-describedby="{escape(text_id)}"' if text_id else ""
     return (
-        f'<svg class="{cls}" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'<svg class="{cls}" role="img"{described} viewBox="0 0 {width:.0f} {height:.0f}" '
         f'width="{width:.0f}" height="{height:.0f}" style="min-width:{MIN_SCALE * width:.0f}px" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
     )
@@ -214,6 +221,7 @@ def path_svg(
     per_row: int = 4,
     title: str = "",
     marker_id: str = "arrow",
+    text_id: str = "",
 ) -> str:
     """An SVG of a propagation path.
 
@@ -226,6 +234,8 @@ def path_svg(
         title: accessible title of the figure.
         marker_id: the id of its arrowhead ``<marker>``, unique in the page when a page shows
             several drawings (ids are document-wide: ``arrow-1``, ``arrow-2``...).
+        text_id: the id of its text equivalent in the page (:func:`path_text`), which
+            describes it (``aria-describedby``); none when empty.
     """
     if not path:
         return ""
@@ -246,7 +256,7 @@ def path_svg(
     width = 2 * _PAD + ncols * col_w + (ncols - 1) * gap_x
     height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
     out = [
-        _svg_open(width, height, title or " → ".join(map(isolate, path))),
+        _svg_open(width, height, title or " → ".join(map(isolate, path)), text_id=text_id),
         _arrow_defs(marker_id),
     ]
     for i in range(len(boxes) - 1):
@@ -499,16 +509,135 @@ MAX_UNEXPLAINED_LISTED = 8
 (then how many more)."""
 
 
-def _unexplained_note(unexplained: Sequence[str]) -> str:
+def _unexplained_note(unexplained: Sequence[str], html: bool = False) -> str:
     """The line under a drawing naming the alerting nodes its cause does not explain, each id cut
-    like a box's label (:func:`short_id`, at most :data:`_MAX_LABEL` columns)."""
+    like a box's label (:func:`short_id`, at most :data:`_MAX_LABEL` columns); with ``html``, the
+    same line as HTML for its text equivalent (:func:`tree_text`), each id whole (:func:`_bdi`)."""
     if not unexplained:
         return ""
-    names = sorted(unexplained)
-    shown = ", ".join(isolate(short_id(n)) for n in names[:MAX_UNEXPLAINED_LISTED])
-    more = len(names) - MAX_UNEXPLAINED_LISTED
+    names = sorted(unexplained)[:MAX_UNEXPLAINED_LISTED]
+    shown = ", ".join(_bdi(n) if html else isolate(short_id(n)) for n in names)
+    more = len(unexplained) - MAX_UNEXPLAINED_LISTED
     tail = f" and {more:,} more" if more > 0 else ""
     return f"Not explained by this cause (no dependency path from it): {shown}{tail}"
+
+
+def _tree_notes(depth: Mapping[str, int], unexplained: Sequence[str]) -> list[tuple[str, str]]:
+    """The lines under a tree drawing, ``(class, text)``: the walk was cut (``depth.cut``), the
+    alerting nodes its cause does not explain."""
+    notes: list[tuple[str, str]] = []
+    if isinstance(depth, TreeDepths) and depth.cut:
+        notes.append(
+            (
+                "cut",
+                f"Cut: the walk stopped after {depth.visited:,} nodes; alerting nodes farther "
+                "from the cause may be missing",
+            )
+        )
+    if unexplained:
+        notes.append(("unexplained", _unexplained_note(unexplained)))
+    return notes
+
+
+def _bdi(text: str) -> str:
+    """``text`` escaped in a ``<bdi>`` element, its paragraph separators and isolates made safe
+    as :func:`isolate` makes them (HTML text; the pages' ``bdi`` filter does the same)."""
+    return f"<bdi>{escape(balanced(one_paragraph(text)))}</bdi>"
+
+
+def _drawing_text(
+    text_id: str,
+    steps: Sequence[tuple[str, str, str, bool]],
+    kinds: Mapping[str, str],
+    state: Mapping[str, str],
+    notes: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A drawing's text equivalent: a visually hidden ``<div id="text_id">`` listing its nodes in
+    ``steps`` order, ``(node, node it is reached from or "", edge kind, on the ranker's path)``,
+    each with its kind and ``state`` (node -> words such as ``alerting``; ``no firing alert``
+    when absent),
+    then ``notes`` (``(class, HTML text)``), each a paragraph."""
+    items = []
+    for node, parent, edge, strong in steps:
+        said = state.get(node, "no firing alert")
+        line = f"{_bdi(node)} ({escape(kinds.get(node, '?'))}, {said})"
+        if parent:
+            along = f" along {escape(edge)}" if edge else ""
+            line += f": reached from {_bdi(parent)}{along}"
+            line += ", on the ranker's path" if strong else ""
+        else:
+            line += ": the cause"
+        items.append(f"<li>{line}.</li>")
+    paras = "".join(f'<p class="{cls}">{text}</p>' for cls, text in notes)
+    return (
+        f'<div class="visually-hidden graph-text" id="{escape(text_id)}">'
+        f"<p>Nodes drawn, from the cause:</p><ul>{''.join(items)}</ul>{paras}</div>"
+    )
+
+
+def tree_text(
+    depth: Mapping[str, int],
+    edges: Sequence[tuple[str, str, str]],
+    kinds: Mapping[str, str],
+    alerting: Set[str],
+    text_id: str,
+    highlight: Sequence[str] = (),
+    unexplained: Sequence[str] = (),
+) -> str:
+    """The text equivalent of :func:`tree_svg` (same arguments), HTML for the page under the
+    drawing: screen readers read a ``role="img"`` drawing as its title alone (its children are
+    presentational, WAI-ARIA 1.2 "img"), so the drawing names this text by ``text_id``
+    (``aria-describedby``). It lists the drawn nodes depth first from the cause, each with its
+    kind, whether it alerts (``alerting``: explained; ``unexplained``: alerting, not explained)
+    and the node and edge kind it is reached by, then the drawing's notes (walk cut, the alerting
+    nodes not explained, each id whole). Empty when ``depth`` is."""
+    if not depth:
+        return ""
+    root = min(depth, key=lambda n: depth[n])
+    children: dict[str, list[tuple[str, str]]] = {}
+    for a, b, k in edges:
+        children.setdefault(a, []).append((b, k))
+    bold = set(zip(highlight, highlight[1:], strict=False))
+    steps: list[tuple[str, str, str, bool]] = []
+    stack: list[tuple[str, str, str]] = [(root, "", "")]
+    seen: set[str] = set()
+    while stack:
+        node, parent, kind = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        steps.append((node, parent, kind, (parent, node) in bold))
+        kids = sorted(children.get(node, []), key=lambda t: (t[0] not in alerting, t[0]))
+        stack.extend((v, node, k) for v, k in reversed(kids))
+    others = set(unexplained) - set(alerting)
+    state = {n: "alerting" for n in seen if n in alerting}
+    state.update({n: "alerting, not explained by this cause" for n in seen if n in others})
+    notes = [(c, escape(t)) for c, t in _tree_notes(depth, ())]  # the cut walk's, if any
+    if unexplained:
+        notes.append(("unexplained", _unexplained_note(unexplained, html=True)))
+    return _drawing_text(text_id, steps, kinds, state, notes)
+
+
+def path_text(
+    path: Sequence[str],
+    kinds: Mapping[str, str],
+    alerting: Set[str],
+    text_id: str,
+    edges: Sequence[str] = (),
+) -> str:
+    """The text equivalent of :func:`path_svg` (same arguments; see :func:`tree_text`), drawn
+    when the cause is no longer in the served graph: the ranker's stored path from the cause,
+    each node with its kind, whether it alerts and the edge kind from the node before it. Empty
+    when ``path`` is."""
+    if not path:
+        return ""
+    steps = [
+        (n, path[i - 1] if i else "", edges[i - 1] if 0 < i <= len(edges) else "", False)
+        for i, n in enumerate(path)
+    ]
+    state = {n: "alerting" for n in path if n in alerting}
+    note = "The ranker's path as stored: the cause is not in the served dependency graph."
+    return _drawing_text(text_id, steps, kinds, state, [("stored-path", note)])
 
 
 def tree_svg(
@@ -520,6 +649,7 @@ def tree_svg(
     title: str = "",
     marker_id: str = "arrow",
     unexplained: Sequence[str] = (),
+    text_id: str = "",
 ) -> str:
     """A layered drawing of :func:`propagation_tree`: one column per hop, the cause on the left.
 
@@ -529,7 +659,8 @@ def tree_svg(
     alerting nodes the cause does not explain (``unexplained``, :func:`fleetmind.serving.ui.router.explained_alerting`) a
     line naming them (at most :data:`MAX_UNEXPLAINED_LISTED`; the caller leaves them out of
     ``alerting``, so one drawn on the ranker's path has no red outline). ``marker_id`` is the id of its arrowhead ``<marker>`` (unique in the
-    page, as in :func:`path_svg`).
+    page, as in :func:`path_svg`); ``text_id`` that of its text equivalent in the page
+    (:func:`tree_text`), which describes it (``aria-describedby``).
     """
     if not depth:
         return ""
@@ -564,23 +695,13 @@ def tree_svg(
             w = widths[n]
             pos[n] = (xs[li] + (col_w[li] - w) / 2, top + i * row_h, w)
     width = xs[-1] + col_w[-1] + _PAD
-    notes: list[tuple[str, str]] = []  # (class, text): lines under the drawing
-    if isinstance(depth, TreeDepths) and depth.cut:
-        notes.append(
-            (
-                "cut",
-                f"Cut: the walk stopped after {depth.visited:,} nodes; alerting nodes farther "
-                "from the cause may be missing",
-            )
-        )
-    if unexplained:
-        notes.append(("unexplained", _unexplained_note(unexplained)))
+    notes = _tree_notes(depth, unexplained)  # (class, text): lines under the drawing
     for _, note in notes:
         width = max(width, 2 * _PAD + text_width(note, SMALL_FONT_PX))
         height += _CUT_NOTE_H
     bold = set(zip(highlight, highlight[1:], strict=False))
     out = [
-        _svg_open(width, height, title or isolate(root)),
+        _svg_open(width, height, title or isolate(root), text_id=text_id),
         _arrow_defs(marker_id),
     ]
     for a, b, kind in edges:
@@ -593,7 +714,7 @@ def tree_svg(
         strong = (a, b) in bold
         out.append(
             f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" '
-            f'fill="none" stroke="{"#0f172a" if strong else "#94a3b8"}" '
+            f'fill="none" stroke="{"#0f172a" if strong else _LINE}" '
             f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#{escape(marker_id)})"/>'
             f'<text class="edge" x="{x2 - 8:.1f}" y="{y2 - 6:.1f}" text-anchor="end" '
             f'font-size="{SMALL_FONT_PX:g}" fill="#64748b">{escape(kind)}</text>'
@@ -625,7 +746,7 @@ def _box_w(node: str, kind: str, root: bool, least: float) -> float:
 
 def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bool) -> str:
     fill = "#eff6ff" if root else "#ffffff"
-    stroke = "#dc2626" if hot else ("#1d4ed8" if root else "#cbd5e1")
+    stroke = "#dc2626" if hot else ("#1d4ed8" if root else _LINE)
     colour = KIND_COLOURS.get(kind, "#475569")
     parts = [
         f'<g class="node{" root" if root else ""}{" alerting" if hot else ""}">'
