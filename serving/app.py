@@ -56,6 +56,7 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
 from fleetmind.serving.middleware import (
+    SCHEDULER_PATHS,
     WEBHOOK_PATH,
     BodyLimitMiddleware,
     ConcurrencyLimit,
@@ -63,7 +64,7 @@ from fleetmind.serving.middleware import (
     SecurityHeaders,
 )
 from fleetmind.serving.notify import Notifier
-from fleetmind.serving.origin_guard import OriginGuard
+from fleetmind.serving.origin_guard import JSON_BODY_PREFIX, UNSAFE_METHODS, OriginGuard
 from fleetmind.serving.rca import router as rca_router
 from fleetmind.serving.rca.batcher import RCABatcher
 from fleetmind.serving.rca.fast_lane import FastLane
@@ -558,6 +559,7 @@ def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
             comps.setdefault(name, sub)
         _document_422(schema)
         _document_security(app, schema)
+        _document_middleware_errors(schema)
         _document_headers(schema)
         app.openapi_schema = schema
         return schema
@@ -671,6 +673,87 @@ def _document_security(app: FastAPI, schema: dict[str, Any]) -> None:
             responses = op.setdefault("responses", {})
             for code, answer in _auth_responses(needed).items():
                 responses.setdefault(code, answer)
+
+
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "whole seconds to wait before sending the request again",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+"""The ``Retry-After`` header of a 429 (RFC 9110 section 10.2.3; always delay-seconds here)."""
+
+
+def _body_limit_text(path: str) -> str:
+    """What a 413 of a body sent to ``path`` means: the limit
+    :class:`fleetmind.serving.middleware.BodyLimitMiddleware` applies to it."""
+    if path in SCHEDULER_PATHS:
+        setting = "FLEETMIND_MAX_SCHEDULER_BYTES, default 81,920,000 bytes"
+    elif path == WEBHOOK_PATH:
+        setting = "FLEETMIND_MAX_WEBHOOK_BYTES"
+    else:
+        setting = "FLEETMIND_MAX_BODY_BYTES, 16 MiB by default"
+    return f"Request body larger than its limit ({setting}), declared or streamed"
+
+
+def _middleware_errors(path: str, method: str, op: dict[str, Any]) -> dict[str, Any]:
+    """The answers middleware and the server's connection guard give an operation before (or
+    instead of) its route: 408, 413 and 415 (operations with a body, as
+    :class:`fleetmind.serving.http_guard.GuardedHttpToolsProtocol`,
+    :class:`fleetmind.serving.middleware.BodyLimitMiddleware` and
+    :class:`fleetmind.serving.origin_guard.OriginGuard` refuse them), 429 with ``Retry-After``
+    (operations that need a token: :class:`fleetmind.serving.deps.AuthThrottle`, and the RCA
+    queue of :class:`fleetmind.serving.middleware.RCAAdmission`)."""
+    answers: dict[str, Any] = {}
+    if "requestBody" in op:
+        timeout = {
+            "description": "The request body stopped arriving: no byte for "
+            "FLEETMIND_BODY_TIMEOUT_S (20 s by default); the connection is closed"
+        }
+        if path.startswith("/api/"):
+            timeout["content"] = copy.deepcopy(_ERROR_CONTENT)
+        answers["408"] = timeout
+        answers["413"] = {
+            "description": _body_limit_text(path),
+            "content": copy.deepcopy(_ERROR_CONTENT),
+        }
+        if method.upper() in UNSAFE_METHODS and path.startswith(JSON_BODY_PREFIX):
+            answers["415"] = {
+                "description": "A declared Content-Type that is not JSON, or a Content-Encoding "
+                "other than identity (no coding is decoded: send the body uncompressed; the "
+                "answer carries Accept-Encoding: identity)",
+                "headers": {
+                    "Accept-Encoding": {
+                        "description": "sent with a refused Content-Encoding: identity",
+                        "schema": {"type": "string"},
+                    }
+                },
+                "content": copy.deepcopy(_ERROR_CONTENT),
+            }
+    if op.get("security") != []:
+        why = "Too many wrong tokens from this client address (FLEETMIND_AUTH_FAILURE_LIMIT "
+        why += "within FLEETMIND_AUTH_FAILURE_WINDOW_S): no token is checked from it for "
+        why += "Retry-After seconds"
+        if (path, method.upper()) == (RCAAdmission.PATH, "POST"):
+            why += "; or FLEETMIND_RCA_MAX_QUEUE RCA requests already queued (Retry-After: 1)"
+        answers["429"] = {
+            "description": why,
+            "headers": copy.deepcopy(RETRY_AFTER),
+            "content": copy.deepcopy(_ERROR_CONTENT),
+        }
+    return answers
+
+
+def _document_middleware_errors(schema: dict[str, Any]) -> None:
+    """Add :func:`_middleware_errors` to every operation (after :func:`_document_security`, whose
+    ``security: []`` marks the operations served without a token). Only middleware answers these
+    codes, so a route's own entry (the webhook's 413) is replaced: it says which limit applies."""
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            if not isinstance(op, dict) or not isinstance(op.get("responses"), dict):
+                continue
+            op["responses"].update(_middleware_errors(path, method, op))
 
 
 RESPONSE_HEADERS: dict[tuple[str, str], dict[str, Any]] = {

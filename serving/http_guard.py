@@ -47,12 +47,17 @@ four checks to uvicorn's httptools protocol and changes nothing else:
   stalled in a body cannot starve the probes even within the body timeout. Requests in progress are bounded separately by
   :class:`fleetmind.serving.middleware.ConcurrencyLimit` (``FLEETMIND_LIMIT_CONCURRENCY``), which exempts the probes.
 
+The guard writes its 408 and 431 itself: under ``/api/`` as JSON ``{"detail": ...}``, the shape
+of every other API refusal (``ErrorOut``), elsewhere (``/ui``, the probes) as plain text; the 503
+of a refused connection, which comes before any request is read, is plain text.
+
 :func:`server_options` gives the ``uvicorn.run`` keyword arguments that install all of this.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -105,11 +110,28 @@ def _limits() -> ConnectionLimits:
     return ConnectionLimits.of(get_settings())
 
 
-def _plain_answer(transport: asyncio.Transport, status: bytes, text: bytes) -> None:
+JSON_PREFIX = b"/api/"
+"""Request targets whose refusals the guard answers as JSON ``{"detail": ...}`` (the API's
+``ErrorOut``, as every other refusal under it); elsewhere (``/ui``, the probes) and where no
+target was read, plain text."""
+
+
+def _plain_answer(
+    transport: asyncio.Transport, status: bytes, text: bytes, target: bytes = b""
+) -> None:
+    """Write ``status`` with ``text`` and close: as JSON ``{"detail": text}`` when ``target`` (the
+    request target, as far as it was read) is under :data:`JSON_PREFIX`, else as plain text."""
+    if target.startswith(JSON_PREFIX):
+        text = json.dumps({"detail": text.decode("utf-8", "replace")}).encode()
+        ctype = b"application/json"
+    else:
+        ctype = b"text/plain; charset=utf-8"
     transport.write(
         b"HTTP/1.1 "
         + status
-        + b"\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: "
+        + b"\r\ncontent-type: "
+        + ctype
+        + b"\r\ncontent-length: "
         + str(len(text)).encode()
         + b"\r\nconnection: close\r\n\r\n"
         + text
@@ -282,6 +304,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport,
             b"431 Request Header Fields Too Large",
             b"request headers larger than %d bytes" % self._limits.max_header_bytes,
+            self.url,
         )
 
     def _log_access(self, status: int, scope: dict[str, Any] | None) -> None:
@@ -380,7 +403,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if isinstance(state, dict):  # the app's metrics record the 408, not a client gone
                 state[CUT_STATUS_KEY] = 408
             self._log_access(408, cycle.scope)  # type: ignore[arg-type]
-            _plain_answer(self.transport, b"408 Request Timeout", text)
+            path = cycle.scope.get("path", "")
+            _plain_answer(self.transport, b"408 Request Timeout", text, path.encode("utf-8"))
         else:
             self.transport.close()
 

@@ -4,7 +4,7 @@ A browser lets any page the operator visits send requests to the service: a ``fe
 ``no-cors`` mode with a ``text/plain`` body needs no CORS preflight, and a page whose name an
 attacker re-points at ``127.0.0.1`` (DNS rebinding) can even read the answers. Bearer tokens stop
 both (a page cannot attach the operator's token), but with no token set (authentication off, the
-loopback default) nothing else would. :class:`OriginGuard` makes three checks, in this order,
+loopback default) nothing else would. :class:`OriginGuard` makes four checks, in this order,
 after refusing with 400 a request that repeats ``Host``, ``Origin`` or ``Content-Type``
 (:data:`SINGLE_HEADERS`: the checks here and the routes would otherwise read different copies)
 or an HTTP/1.1 request without ``Host`` (RFC 9112 section 3.2: a server MUST answer both 400;
@@ -36,6 +36,10 @@ HTTP/1.0 may omit it):
   one, ``application/x-www-form-urlencoded``: 415 unless told ``-H 'Content-Type:
   application/json'``); a browser's cross-site request is already refused by the ``Origin``
   check.
+* **Content coding**: the same requests get 415 for a ``Content-Encoding`` other than
+  ``identity`` (RFC 9110 sections 8.4.1 and 15.5.16), with ``Accept-Encoding: identity``: no route
+  decodes a coding, so a gzip body was parsed as JSON text (a 422 quoting the compressed bytes)
+  and a body labelled ``br`` but sent plain was taken. Alertmanager and kube-scheduler send none.
 
 The body itself must be UTF-8 (RFC 8259 section 8.1) on every route: the routes that take a
 FastAPI body model read it through :class:`Utf8JsonRoute` (:func:`utf8_json`).
@@ -60,6 +64,9 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_BODY_PREFIX = "/api/v1/"
 """Every ``POST``, ``PUT`` and ``PATCH`` with a body under it takes JSON only: 415 for another
 declared content type."""
+IDENTITY_CODINGS = frozenset({"", "identity"})
+"""``Content-Encoding`` codings that leave the body as sent (compared trimmed and lower-case):
+any other gets 415, as no route decodes one."""
 SINGLE_HEADERS = frozenset({b"host", b"origin", b"content-type"})
 """Headers a request may carry once: a repeated one gets 400, where the checks here and the
 routes could otherwise read different copies (RFC 9112 section 3.2 for ``Host``; RFC 9110 section
@@ -73,6 +80,24 @@ def is_json_media_type(value: str) -> bool:
     CORS preflight (WHATWG Fetch, "CORS-safelisted request-header")."""
     kind, slash, sub = value.split(";", 1)[0].strip().lower().partition("/")
     return bool(kind and slash) and (sub == "json" or sub.endswith("+json"))
+
+
+ENCODING_REFUSAL = "unsupported Content-Encoding"
+"""How the detail of a 415 for a content coding starts."""
+
+
+def unsupported_coding(headers: Any) -> str | None:
+    """The first coding of a request's ``Content-Encoding`` fields (every copy: a list-valued
+    field, RFC 9110 section 8.4) other than ``identity`` (:data:`IDENTITY_CODINGS`), trimmed and
+    lower-case; ``None`` when the body is sent as is. ``headers``: ASGI ``(name, value)`` pairs."""
+    for key, value in headers:
+        if key.lower() != b"content-encoding":
+            continue
+        for coding in value.decode("latin-1").split(","):
+            coding = coding.strip().lower()
+            if coding not in IDENTITY_CODINGS:
+                return coding
+    return None
 
 
 def is_ip_literal(host: str) -> bool:
@@ -182,7 +207,8 @@ class Utf8JsonRoute(APIRoute):
 
 
 class OriginGuard:
-    """ASGI middleware: the Host, Origin and content-type checks of the module docstring."""
+    """ASGI middleware: the Host, Origin, content-type and content-coding checks of the module
+    docstring."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -210,6 +236,8 @@ class OriginGuard:
         code, detail = refusal
         body = json.dumps({"detail": detail}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if detail.startswith(ENCODING_REFUSAL):  # RFC 9110 section 15.5.16: the codings taken
+            headers.append((b"accept-encoding", b"identity"))
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -244,13 +272,16 @@ class OriginGuard:
         origin = headers.get(b"origin")
         if origin is not None and not same_origin(origin, host_header, settings.public_url):
             return 403, "cross-origin request refused: the Origin header is not this service's"
+        if not path.startswith(JSON_BODY_PREFIX) or headers.get(b"content-length") == "0":
+            return None
+        coding = unsupported_coding(scope.get("headers", ()))
+        if coding is not None:
+            return 415, (
+                f"{ENCODING_REFUSAL} {coding[:40]!r}; send an uncompressed body (no "
+                "Content-Encoding, or identity)"
+            )
         ctype = headers.get(b"content-type")
-        if (
-            ctype is not None
-            and path.startswith(JSON_BODY_PREFIX)
-            and headers.get(b"content-length") != "0"
-            and not is_json_media_type(ctype)
-        ):
+        if ctype is not None and not is_json_media_type(ctype):
             return 415, (
                 f"unsupported Content-Type {ctype.split(';', 1)[0].strip()[:80]!r}: the API takes "
                 "JSON; send Content-Type: application/json (curl -d sends a form type unless "
