@@ -508,7 +508,8 @@ class DbReservations(Reservations):
         self.snapshot_lag_s = snapshot_lag_s
         self.cache_s = cache_s
         self.clock = clock
-        self._cached: tuple[float, Reservations] | None = None
+        # (clock(), time.monotonic(), view) when the view was read
+        self._cached: tuple[float, float, Reservations] | None = None
         self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------------ holds
@@ -964,13 +965,17 @@ class DbReservations(Reservations):
         return live
 
     def _current(self) -> Reservations:
-        now = self.clock()
+        """The holds view, reread once it is older than ``cache_s`` seconds by ``clock`` or by
+        :func:`time.monotonic` (a wall clock stepped back must not keep an old view, which misses
+        other replicas' holds, for as long as the step). The holds' own expiry stays on
+        ``clock``: the rows are shared and compared in the database."""
+        now, mono = self.clock(), time.monotonic()
         cached = self._cached
-        if cached is not None and now - cached[0] <= self.cache_s:
-            return cached[1]
+        if cached is not None and max(now - cached[0], mono - cached[1]) <= self.cache_s:
+            return cached[2]
         with self._cache_lock:
             view = self.view()
-            self._cached = (now, view)
+            self._cached = (now, mono, view)
         return view
 
     # ------------------------------------------------------- Reservations interface

@@ -16,6 +16,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from time import monotonic  # by name: tests replace ``base.time`` to move the wall clock only
 from typing import TYPE_CHECKING, Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
@@ -175,7 +176,9 @@ class FleetSnapshot:
     were evaluated), which the bound-pod grace and the "as of" times count from;
     ``received_ts`` (Unix seconds; ``None``: ``collected_ts``) is when the source had answered,
     which the cache's TTL and stale bounds count from, so a read slower than the TTL still serves
-    the requests that follow it (:meth:`TelemetrySource.snapshot`).
+    the requests that follow it (:meth:`TelemetrySource.snapshot`); the cache also counts
+    :func:`time.monotonic` from when it stored the snapshot, so a wall clock stepped back does not
+    make it look younger.
     """
 
     source: str
@@ -226,6 +229,8 @@ class TelemetrySource(ABC):
         self._refreshes = 0  # refreshes finished (ok or failed); a waiter sharing that outcome
         self._error: Exception | None = None  # that of the last refresh, None when it worked
         self._failed_ts: float | None = None  # when the last refresh failed (None: it worked)
+        self._failed_mono: float | None = None  # monotonic() of that failure
+        self._cached_mono: tuple[FleetSnapshot, float] | None = None  # _cached, monotonic() then
         self._background = threading.Lock()  # held while a background refresh is pending or runs
         self._failing = False  # background refreshes failing since the last that worked (logged)
         self._closed = False  # set by close(): no more background refreshes, no failure warnings
@@ -234,11 +239,37 @@ class TelemetrySource(ABC):
     def collect(self) -> FleetSnapshot:
         """Read the fleet state now; raises NotAvailableError/DataError when it cannot."""
 
+    def _age_s(self, snap: FleetSnapshot) -> float:
+        """How old (s) the cached ``snap`` is for the TTL, stale and log bounds: the larger of its
+        wall-clock age (now - ``age_ts``) and the :func:`time.monotonic` time since it was cached.
+
+        The monotonic count keeps a wall clock stepped back (NTP correcting a host clock that ran
+        ahead) from making a snapshot look younger than it is: by the wall clock alone its age
+        is negative and it would be served as fresh until the clock caught up (an hour for a 1 h
+        step). A clock stepped forward can only make it look older: one refresh early."""
+        age = time.time() - snap.age_ts
+        mono = getattr(self, "_cached_mono", None)
+        if mono is not None and mono[0] is snap:
+            age = max(age, monotonic() - mono[1])
+        return age
+
     def _fresh(self) -> FleetSnapshot | None:
         snap = self._cached
-        if snap is None or time.time() - snap.age_ts > self.ttl_s:
+        if snap is None or self._age_s(snap) > self.ttl_s:
             return None
         return snap
+
+    def _failed_within_ttl(self) -> bool:
+        """Whether the last refresh failed less than ``ttl_s`` seconds ago (wall clock and
+        :func:`time.monotonic` both, so a clock stepped back does not stretch the window)."""
+        failed = getattr(self, "_failed_ts", None)
+        if failed is None:
+            return False
+        since = time.time() - failed
+        failed_mono = getattr(self, "_failed_mono", None)
+        if failed_mono is not None:
+            since = max(since, monotonic() - failed_mono)
+        return since < self.ttl_s
 
     def _servable_stale(self) -> FleetSnapshot | None:
         """The cached snapshot when it is past ``ttl_s`` but within ``max_stale_s`` more (and
@@ -246,7 +277,7 @@ class TelemetrySource(ABC):
         snap = self._cached
         if snap is None or self.max_stale_s <= 0 or self.ttl_s <= 0:
             return None
-        if time.time() - snap.age_ts > self.ttl_s + self.max_stale_s:
+        if self._age_s(snap) > self.ttl_s + self.max_stale_s:
             return None
         return snap
 
@@ -292,8 +323,7 @@ class TelemetrySource(ABC):
         snap = self._fresh()
         if snap is not None:
             return snap
-        failed = getattr(self, "_failed_ts", None)
-        if failed is not None and time.time() - failed < self.ttl_s:
+        if self._failed_within_ttl():
             return self.snapshot()  # a read failed within the TTL: only what any call reads
         try:
             return self._wait_for_refresh()
@@ -324,12 +354,12 @@ class TelemetrySource(ABC):
             snap = self.collect()
         except Exception as err:
             self._error = err
-            self._failed_ts = time.time()
+            self._failed_ts, self._failed_mono = time.time(), monotonic()
             raise
         else:
             self._error = None
-            self._failed_ts = None
-            self._cached = snap
+            self._failed_ts = self._failed_mono = None
+            self._cached, self._cached_mono = snap, (snap, monotonic())
             if self._failing:
                 self._failing = False
                 log.info("telemetry %s: refreshing works again", self.name)
@@ -385,7 +415,7 @@ class TelemetrySource(ABC):
                 err,
             )
             return
-        age, bound = max(0.0, time.time() - snap.age_ts), self.ttl_s + self.max_stale_s
+        age, bound = max(0.0, self._age_s(snap)), self.ttl_s + self.max_stale_s
         if age > bound:  # past the bound already (a read that ran into its timeout): not served
             log.warning(
                 "telemetry %s: background refresh failed (%s); the last snapshot (%.0f s old) "

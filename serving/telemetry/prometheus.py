@@ -273,6 +273,7 @@ from __future__ import annotations
 import base64
 import html
 import ipaddress
+import logging
 import math
 import re
 import time
@@ -304,6 +305,8 @@ from fleetmind.serving.telemetry.base import (
     free_milli_from_memory,
     profile_key,
 )
+
+log = logging.getLogger(__name__)
 
 _FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util",
@@ -530,6 +533,11 @@ _DONE = (
     "unless on (cluster, namespace, pod) "
     f"({ksm_object_labels(_PHASE_DONE, _KSM_READ['kube_pod_status_phase'])} == 1)"
 )
+SKEW_TOLERANCE_S = 5.0
+"""How far (s) Prometheus's clock, as its answers' HTTP ``Date`` tells it, may move from the offset
+the fleet queries already allow for before they are evaluated again at its time: beyond the
+``Date`` header's 1 s resolution and the time an answer takes to arrive, far below
+:data:`DEFAULT_MAX_AGE_S` (:meth:`PrometheusApiSource.collect`)."""
 DEFAULT_MAX_AGE_S = 120.0
 """Series whose newest sample is older than this (s) are left out (``FLEETMIND_TELEMETRY_MAX_AGE_S``;
 see Stale series in the module docstring): about two scrape intervals of 30 s, doubled for
@@ -878,6 +886,8 @@ class PrometheusApiSource(TelemetrySource):
         self.timeout_s = timeout_s
         self._client = http_client(timeout_s, ca_file)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
+        self._clock_offset_s = 0.0  # Prometheus's clock minus FleetMind's, as the queries allow
+        self._date_offset_s: float | None = None  # that offset by the last answer's Date header
 
     def query(self, promql: str, name: str | None = None, at: float | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
@@ -926,6 +936,7 @@ class PrometheusApiSource(TelemetrySource):
         if problem is not None:
             raise NotAvailableError(f"Prometheus at {self.shown_url} {problem}")
         assert isinstance(body, dict)  # http_problem refuses any other answer
+        self._note_date(resp.headers.get("date"), time.time())
         data = body.get("data")
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(result, list | None):
@@ -949,6 +960,21 @@ class PrometheusApiSource(TelemetrySource):
             out.append((name or tag or labels.get("__name__", ""), labels, value))
         return out
 
+    def _note_date(self, date: str | None, now: float) -> None:
+        """Record Prometheus's clock offset (s, its minus FleetMind's ``now``) from an answer's
+        HTTP ``Date`` header (RFC 9110 section 6.6.1, whole seconds; Go's net/http, which
+        Prometheus, Thanos and VictoriaMetrics answer with, sets it on every response); nothing
+        when there is none or it cannot be read."""
+        if not date:
+            return
+        from email.utils import parsedate_to_datetime
+
+        try:
+            sent = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return
+        self._date_offset_s = sent + 0.5 - now  # the header truncates to the second
+
     def collect(self) -> FleetSnapshot:
         """Run the DCGM entries of :attr:`queries` and :attr:`ksm_query` concurrently and build
         the snapshot.
@@ -958,8 +984,36 @@ class PrometheusApiSource(TelemetrySource):
         not when the answers (2-16 s later at 1,000-5,000 nodes) were read, since the bound-pod
         grace and the "as of" times count from it. The time the last answer was read is its
         ``received_ts``, which the cache's TTL and stale bounds count from: a refresh slower than
-        the TTL still serves the requests that follow it."""
-        at = round(time.time(), 3)
+        the TTL still serves the requests that follow it.
+
+        The instant is sent on Prometheus's clock: FleetMind's plus the offset its answers' HTTP
+        ``Date`` headers show (``collected_ts`` stays on FleetMind's clock, which the holds and
+        the cache compare it with). Sent on FleetMind's clock alone, a FleetMind clock 2 min
+        ahead of Prometheus's made every series look older than ``max_age_s`` to the fresh filter
+        and gave an empty fleet without an error. The ``Date`` header costs no query: an extra
+        ``time()`` query would add a round trip before the four on every refresh (the path
+        requests wait on). When the answers show an offset more than :data:`SKEW_TOLERANCE_S`
+        from the one sent (the first read, or the clocks stepped), the queries run once more at
+        Prometheus's time and the offset is logged; later refreshes send it from the start."""
+        offset = self._clock_offset_s
+        snap = self._collect_at(offset)
+        seen = self._date_offset_s
+        if seen is None or abs(seen - offset) <= SKEW_TOLERANCE_S:
+            return snap
+        self._clock_offset_s = seen
+        log.warning(
+            "telemetry prometheus: Prometheus at %s answers with a clock %.0f s %s FleetMind's "
+            "(its HTTP Date header); fleet queries are now evaluated at Prometheus's time",
+            self.shown_url,
+            abs(seen),
+            "behind" if seen < 0 else "ahead of",
+        )
+        return self._collect_at(seen)
+
+    def _collect_at(self, offset: float) -> FleetSnapshot:
+        """:meth:`collect` with the queries evaluated at FleetMind's now plus ``offset`` (s)."""
+        now = round(time.time(), 3)
+        at = round(now + offset, 3)
         futures = {
             n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n, at)
             for n in _DCGM_SAMPLES
@@ -967,7 +1021,7 @@ class PrometheusApiSource(TelemetrySource):
         ksm = self._pool.submit(self.query, self.ksm_query, None, at).result()
         dcgm = [x for n in _DCGM_SAMPLES for x in futures[n].result()]
         nodes = build_nodes(dcgm, ksm, self.default_cluster)
-        return FleetSnapshot("prometheus", nodes, at, received_ts=time.time())
+        return FleetSnapshot("prometheus", nodes, now, received_ts=time.time())
 
     def close(self) -> None:
         super().close()
