@@ -140,9 +140,10 @@ def test_the_alert_table_gives_a_resolved_alerts_end_time(client: TestClient) ->
     assert rows[("c0/svc/s0", "resolved")] == iso(RESOLVED_AT.timestamp())
     firing = [v for (_, status), v in rows.items() if status == "firing"]
     assert len(firing) == len(STORM_LABELS) - 1
-    assert all(re.fullmatch(r"firing for (1h 5\d|2h \d)m", v) for v in firing), firing
+    # START is set at collection; a long suite can run this test minutes later: allow up to 59 m
+    assert all(re.fullmatch(r"firing for (1h 5\d|2h [0-5]?\d)m", v) for v in firing), firing
     key = re.search(r'id="timeline-key">(.*?)</p>', page, re.S).group(1)
-    assert "tooltip" not in key and "start and end" in key  # no promise touch screens break
+    assert "tooltip" not in key and "start and end of each alert it lists" in key  # no promise touch screens break
 
 
 def _rules(page: str) -> dict[str, str]:
