@@ -209,10 +209,72 @@ def recorded_commit(d: dict[str, Any]) -> str | None:
     return m.group(0) if m else None
 
 
-def provenance_of(d: dict[str, Any]) -> str:
+def commands_in(d: dict[str, Any]) -> list[str]:
+    """Every command a result records where :func:`command_of` finds its first: the one string,
+    or each entry of its list or dict of commands (``commands.hard`` as well as
+    ``commands.default``)."""
+    cmd = first(d, "command", "train_command", "candidate_train_command", "clone_command")
+    if cmd is None:
+        cmd = first(d, "train_commands", "commands", "evaluation_commands")
+    if isinstance(cmd, dict):
+        cmd = list(cmd.values())
+    cmds = cmd if isinstance(cmd, list) else [cmd]
+    return [c for c in cmds if isinstance(c, str)]
+
+
+CHECKED_PATHS = re.compile(r"(?:benchmarks/results|models)/(?:\{[^{}\s]*\}|[^\s'\",;:{])+")
+"""Paths in a recorded command that the checkout should hold: results and models (scripts that
+moved are listed in :data:`MOVED_SCRIPTS`; scratch and data folders are outside it)."""
+
+
+def paste_gap(cmd: str) -> str | None:
+    """Why a POSIX shell would not run ``cmd`` as recorded (None when it would): an unclosed
+    quote (``shlex.split`` fails), an unquoted ``(`` or ``)`` (a syntax error after a word), or
+    a word ending in ``,`` or ``:`` (prose, such as a label with spaces and commas that was not
+    quoted: the shell splits it into words the script reads as separate arguments)."""
+    import shlex
+
+    try:
+        words = shlex.split(cmd)
+        lexer = shlex.shlex(cmd, posix=True, punctuation_chars="()")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return "command does not paste back (unclosed quote)"
+    paren = next((t for t in tokens if t in ("(", ")")), None)
+    if paren is not None:
+        return f'command does not paste back (unquoted "{paren}")'
+    prose = next((w for w in words if w.endswith((",", ":")) and " " not in w), None)
+    if prose is not None:
+        return f'command does not paste back (unquoted text: "{prose}")'
+    return None
+
+
+def command_gaps(cmd: str, own: str | None = None) -> list[str]:
+    """Why the recorded command ``cmd`` cannot be pasted back as it is: :func:`paste_gap`, and
+    ``names a missing path P`` (``and N more``) for the results and model paths it names
+    (:data:`CHECKED_PATHS`, brace groups expanded) that this checkout does not hold (a folder
+    moved since). ``own``: the result's file name, left out (a result filed into an area folder
+    since names its old place)."""
+    gaps = [g for g in [paste_gap(cmd)] if g is not None]
+    missing: list[str] = []
+    for found in CHECKED_PATHS.findall(cmd):
+        for path in expand_braces(found.rstrip(".)")):
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            if name != own and not (REPO_ROOT / path).exists() and path not in missing:
+                missing.append(path)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        gaps.append(f"names a missing path {missing[0]}{more}")
+    return gaps
+
+
+def provenance_of(d: dict[str, Any], own: str | None = None) -> str:
     """``complete``, or what a result's provenance lacks: the missing fields of
     :data:`PROVENANCE_FIELDS` (``no commit, versions``), a commit this repository does not hold
-    (:data:`UNKNOWN_COMMITS`), and code changed beside the commit (``code_modified``).
+    (:data:`UNKNOWN_COMMITS`), code changed beside the commit (``code_modified``), and a recorded
+    command that does not paste back or names a path the checkout lacks (:func:`command_gaps`;
+    ``own``: the result's file name).
 
     Library versions count as recorded when an older result put them under ``machine``
     (``machine.packages``, ``machine.torch``)."""
@@ -234,6 +296,8 @@ def provenance_of(d: dict[str, Any]) -> str:
         gaps.append("commit not in this repository")
     if d.get("code_modified") is True or first(d, "code.serving_rca_data_modified") is True:
         gaps.append("code modified beside the commit")
+    for cmd in commands_in(d):
+        gaps += [g for g in command_gaps(cmd, own) if g not in gaps]
     return "; ".join(gaps) or "complete"
 
 
@@ -551,7 +615,7 @@ def row(path: Path, cited: list[str]) -> str:
     docs = ", ".join(f"[{c}](../{c})" for c in cited) or "none"
     return (
         f"| {link} | {cmd_cell} | {cell(commit_of(d))} | {cell(date_of(d, path))}"
-        f" | {cell(provenance_of(d))} | {cell(headline_of(d))} | {docs} |"
+        f" | {cell(provenance_of(d, path.name))} | {cell(headline_of(d))} | {docs} |"
     )
 
 
@@ -561,7 +625,7 @@ def _complete(path: Path) -> bool:
         d = json.loads(path.read_text())
     except ValueError:
         return False
-    return isinstance(d, dict) and provenance_of(d) == "complete"
+    return isinstance(d, dict) and provenance_of(d, path.name) == "complete"
 
 
 def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = None) -> str:
@@ -587,13 +651,17 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         "",
         f"The provenance column says whether a file records all of {', '.join(PROVENANCE_FIELDS)}"
         f" ({n_complete} of the {len(results)} do: `complete`), else what it lacks: the fields it does"
-        " not record, a commit this repository does not hold (`commit not in this repository`), or"
-        " code changed beside the commit it names (`code modified beside the commit`). Results are"
+        " not record, a commit this repository does not hold (`commit not in this repository`),"
+        " code changed beside the commit it names (`code modified beside the commit`), a recorded"
+        " command that a shell would not run as written (`command does not paste back`: an"
+        " unclosed quote, an unquoted parenthesis or label) or that names a results or model"
+        " path this checkout lacks (`names a missing path`: the folder moved since). Results are"
         " not rewritten after the fact; a rerun records it all (`benchmarks/provenance.py`).",
         "",
         "Commands are as recorded, with the scratch folder a run wrote to shown as `$RUN_DIR`"
         " and the shared data folder as `$FLEETMIND_SHARED_DATA`. Scripts have since moved into"
-        " areas and run as modules from the checkout root; a recorded `python benchmarks/<script>.py` is now:",
+        " areas and run as modules from the checkout root; a recorded `python benchmarks/<script>.py`"
+        " (or `python -m benchmarks.<script>`) is now:",
         "",
         "| recorded script | run now as |",
         "| --- | --- |",

@@ -386,6 +386,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     from fleetmind.progress import show_bar
 
+    inputs = _evaluate_inputs(args, analyzers)  # hashed before the runs: the bytes they read
     res = evaluate_methods(incidents, analyzers, graphs, progress=show_bar())
     if args.feedback_db:
         from fleetmind.training.rca_feedback import safe_url
@@ -399,6 +400,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         res["data"] = str(args.data)
     res["split"] = args.split
+    res.update(inputs)
     # the file before the screen: a reader that stops early (| head) does not cost the file
     if args.json is not None:
         write_json(args.json, {**_evaluate_provenance(args, load_start), **res})
@@ -423,6 +425,35 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"{_cell(br['silent']['ac@1'], 13)}{_cell(br['non_silent']['ac@1'], 12)}"
         )
     return 0
+
+
+def _evaluate_inputs(args: argparse.Namespace, analyzers: dict) -> dict:
+    """The inputs ``rca evaluate --json`` records after the metrics, each file as given, with its
+    absolute path and SHA-256 (:func:`fleetmind.provenance.input_file`), so that a result says
+    which bytes it scored when ``--data`` is a relative path or a folder regenerated since:
+    ``data_abs`` and ``split_file`` (the ``--data`` folder, absolute, and its ``<split>.jsonl``;
+    both null with ``--feedback-db``), and ``model``: for the GAT (``gat``) when it runs, its
+    ``model.pt`` (``given``: ``--model`` or the released folder; an MLflow URI has no local file:
+    ``path`` and ``sha256`` null, ``version`` the registry version it loaded), else null."""
+    from fleetmind.provenance import input_file
+
+    out: dict = {"data_abs": None, "split_file": None, "model": None}
+    if args.data and not args.feedback_db:
+        out["data_abs"] = str(Path(args.data).resolve())
+        split = Path(args.data) / f"{args.split}.jsonl"
+        out["split_file"] = input_file(str(split), split)
+    gat = analyzers.get("gat")
+    if gat is not None:
+        from fleetmind.data.mlflow_store import is_mlflow_uri
+        from fleetmind.rca.gat_analyzer import _resolve_ref  # the folder the loader read
+
+        given = str(args.model) if args.model else _released_gat()
+        if is_mlflow_uri(given):
+            entry = {"given": given, "path": None, "sha256": None, "version": gat.version}
+        else:
+            entry = input_file(given, _resolve_ref(args.model) / "model.pt")
+        out["model"] = {"gat": entry}
+    return out
 
 
 def _used_by_training(incidents: list[dict], analyzers: dict) -> dict[str, dict]:

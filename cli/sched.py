@@ -798,6 +798,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             f" (got {depth} in {args.mode} mode)"
         )
     policies = _policy_list(args)
+    inputs = _evaluate_inputs(args, policies)  # hashed before the runs: the bytes they read
     if args.mode == "fgd":
         load_start = _load_now()
         result = _evaluate_fgd(args, policies, seeds)
@@ -805,6 +806,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         result = _evaluate_dynamic(args, policies, seeds)
     result["policies"] = _in_order(result["policies"], policies)
+    result.update(inputs)
     if openb_is_synthetic():
         result["data"] = SYNTHETIC_LABEL
     result = json_safe(result)  # NaN (a level no record reached) -> null, '-' in the table
@@ -818,6 +820,64 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 STAGES = ("ppo", "clone", "teacher", "rollout")
 """The released model's stages (``rl/named_policies.py``): the policies ``--model`` is for."""
+
+
+def _evaluate_inputs(args: argparse.Namespace, policies: list[str] | None) -> dict[str, Any]:
+    """The input files ``sched evaluate --json`` records after its other keys, each as given, with
+    its absolute path and SHA-256 (:func:`fleetmind.provenance.input_file`), so that a result
+    says which bytes it scored when a name (``default``, the released model folder) later means
+    other files: ``trace_file``, the trace (null when it does not resolve: the run then refuses
+    it), and ``model`` (:func:`_model_files`)."""
+    from fleetmind.data.openb import trace_file
+    from fleetmind.provenance import input_file
+
+    try:
+        trace = input_file(str(args.trace), trace_file(str(args.trace)))
+    except (DataError, OSError):
+        trace = None
+    return {"model": _model_files(args, policies), "trace_file": trace}
+
+
+def _model_files(args: argparse.Namespace, policies: list[str] | None) -> dict[str, Any] | None:
+    """``model`` of ``sched evaluate --json``: for each model stage the run scores (``ppo``,
+    ``clone``, ``teacher``, ``rollout``; :data:`STAGES`), the file it reads (:func:`_stage_file`)
+    as :func:`fleetmind.provenance.input_file` records it, ``given`` being ``--model`` or the
+    released folder; None when no stage runs. An MLflow URI has no local file (``path`` and
+    ``sha256`` null); a file that is not there is left out (its loader refuses the run)."""
+    from fleetmind.data.mlflow_store import is_mlflow_uri
+    from fleetmind.provenance import input_file
+
+    stages = [s for s in STAGES if s in {str(p).lower() for p in policies or []}]
+    if not stages:
+        return None
+    given = str(args.model) if args.model else _released_placement(args.mode)
+    out: dict[str, Any] = {}
+    for stage in stages:
+        if is_mlflow_uri(given):
+            out[stage] = {"given": given, "path": None, "sha256": None}
+            continue
+        found = _stage_file(Path(given), stage, args.mode)
+        if found is not None and found.is_file():
+            out[stage] = input_file(given, found)
+    return out
+
+
+def _stage_file(ref: Path, stage: str, mode: str) -> Path | None:
+    """The file a model stage reads from the model reference ``ref`` (a folder or a file in it),
+    as the loaders pick it: ``ppo`` the file itself, else the folder's ``policy.onnx`` (fgd mode,
+    ``rl.policy_adapter``) or ``policy.pt`` (dynamic mode, ``rl.dynamic_eval``), the other one when
+    it is absent; ``clone`` and ``rollout`` ``clone.onnx``; ``teacher`` ``teacher_strand.json``
+    else ``teacher.json`` (dynamic mode: ``teacher.json``). None when none is there."""
+    folder = ref if ref.is_dir() else ref.parent
+    if stage == "ppo":
+        if not ref.is_dir():
+            return ref
+        names = ("policy.onnx", "policy.pt") if mode == "fgd" else ("policy.pt", "policy.onnx")
+    elif stage in ("clone", "rollout"):
+        names = ("clone.onnx",)
+    else:
+        names = ("teacher_strand.json", "teacher.json") if mode == "fgd" else ("teacher.json",)
+    return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
 def _policy_list(args: argparse.Namespace) -> list[str] | None:

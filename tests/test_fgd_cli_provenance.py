@@ -36,7 +36,9 @@ def test_fgd_json_starts_with_provenance_that_reruns_it(tmp_path: Path, capsys) 
     assert list(res)[: len(PROVENANCE)] == PROVENANCE
     # the fgd-mode keys follow, unchanged
     assert list(res)[len(PROVENANCE) :] == ["trace", "mode", "seeds", "policies", "published"] + [
-        "published_reason"
+        "published_reason",
+        "model",  # the input files' bytes, added after the keys of before
+        "trace_file",
     ]
     assert res["mode"] == "fgd" and set(res["policies"]) == {"BestFit", "FGD"}
     assert {"numpy", "fleetmind", "gymnasium", "onnxruntime"} <= set(res["versions"])

@@ -18,11 +18,12 @@ What a run does:
    (:func:`fleetmind.training.rca_calibrate.fit_calibration`), and stored under ``calibration``
    in ``config.json``; with fewer than 30 usable validation incidents (or a temperature on a
    bound of the search range) it stores ``calibration: null`` and the reason, and warns.
-4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
-   requirements) to MLflow, registers a new version of ``fleetmind-rca`` tagged with its
-   ``val_ac1`` and its validation set (:func:`validation_set`), and moves the ``champion`` alias
-   to it only when its ``val_ac1`` beats the current champion's on the same validation set
-   (:func:`fleetmind.training.tracking.promote_if_better`).
+4. Logs params (the settings, and what the data is: :func:`data_params`), tags (the command, the
+   commit and the versions: :func:`_log_inputs`), metrics and the model (a pyfunc wrapper around
+   the artifact, explicit pip requirements) to MLflow, registers a new version of
+   ``fleetmind-rca`` tagged with its ``val_ac1`` and its validation set (:func:`validation_set`),
+   and moves the ``champion`` alias to it only when its ``val_ac1`` beats the current champion's
+   on the same validation set (:func:`fleetmind.training.tracking.promote_if_better`).
 
 Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. The pyfunc wrapper lives in
 :mod:`fleetmind.training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
@@ -53,6 +54,7 @@ from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
 from fleetmind.folders import write_folder_whole
 from fleetmind.progress import show_bar
+from fleetmind.provenance import file_sha256
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import new_run_dir, write_json
@@ -312,9 +314,7 @@ def run(args: Args) -> dict[str, Any]:
             experiment_name=args.experiment, run_name=run_name, tracking_uri=uri
         )
         module = _gat_module(args, dm.fault_types)
-        logger.log_hyperparams(
-            {**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}}
-        )
+        _log_inputs(logger, args, dm.info)
         trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
         t_fit = time.time()
         _fit(trainer, module, dm, uri, logger, out_dir)
@@ -602,6 +602,82 @@ def _feedback_record(
         dropped_copies=int(dm.feedback.get("dropped_copies", 0)),
     )
     return out
+
+
+TRAIN_PACKAGES = ("torch_geometric", "pytorch_lightning", "mlflow", "scikit-learn")
+"""The packages whose versions the run's tags record beside Python, torch, numpy and fleetmind."""
+
+META_PARAM_MAX = 250
+"""Longest ``data_meta/*`` parameter value logged: Lightning's MLflow logger cuts a parameter to
+250 characters, so a longer one (the graph names of each split) is left out, not cut."""
+
+
+def _log_inputs(logger: Any, args: Args, info: dict[str, Any]) -> None:
+    """Log the run's parameters and tags through Lightning's MLflow ``logger``: ``args``
+    (:func:`_shown_args`), the data module's ``info`` as ``data/<key>``, what the data is
+    (:func:`data_params`) and what made the run
+    (:func:`fleetmind.training.recipes.tracking.provenance_tags` of :func:`train_command`)."""
+    from mlflow.entities import RunTag
+
+    from fleetmind.training.recipes.tracking import provenance_tags
+
+    logger.log_hyperparams(
+        {
+            **_shown_args(args),
+            **{f"data/{k}": v for k, v in info.items()},
+            **data_params(args.data),
+        }
+    )
+    tags = provenance_tags(train_command(args), TRAIN_PACKAGES)
+    # rank zero's client (Lightning gives the other DDP ranks one that does nothing)
+    logger.experiment.log_batch(run_id=logger.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+def data_params(data: str | Path) -> dict[str, Any]:
+    """MLflow parameters that say which dataset a run read, whatever ``--data`` was called:
+    ``data_abs`` (the folder, absolute), ``data_sha256/<split>`` (SHA-256 of each
+    ``<split>.jsonl`` in it, hex) and ``data_meta/<field>`` (the generator settings of its
+    ``meta.json``, nested fields joined by ``/``, lists as JSON; values over
+    :data:`META_PARAM_MAX` characters left out; none when the folder has no readable
+    ``meta.json``)."""
+    root = Path(data)
+    out: dict[str, Any] = {"data_abs": str(root.resolve())}
+    for split in sorted(root.glob("*.jsonl")):
+        out[f"data_sha256/{split.stem}"] = file_sha256(split)
+    try:
+        meta = read_json(root / "meta.json", "dataset meta.json")
+    except DataError:
+        meta = None
+
+    def flat(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                flat(f"{prefix}/{k}", v)
+            return
+        text = json.dumps(value) if isinstance(value, list) else value
+        if len(str(text)) <= META_PARAM_MAX:
+            out[prefix] = text
+
+    if isinstance(meta, dict):
+        flat("data_meta", meta)
+    return out
+
+
+def train_command(args: Args) -> str:
+    """The ``fleetmind rca train`` line that reruns ``args``, quoted for a POSIX shell: the
+    flags that shape the model (:func:`_argv_tail`), then where it went and how it ran
+    (``--out``, ``--threads``, ``--shard-log``, ``--no-register``, ``--tracking-uri`` without its
+    password) when they differ from the defaults; ``--json`` is not among the settings."""
+    words = [w for item in _argv_tail(args) for w in item.split(" ", 1)]
+    d = Args()
+    for flag, name in (("--out", "out"), ("--threads", "threads"), ("--shard-log", "shard_log")):
+        if getattr(args, name) != getattr(d, name):
+            words += [flag, str(getattr(args, name))]
+    if not args.register:
+        words.append("--no-register")
+    if args.tracking_uri:
+        words += ["--tracking-uri", safe_uri(args.tracking_uri)]
+    return shlex.join(["fleetmind", "rca", "train", *words])
 
 
 def _without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -1112,7 +1188,8 @@ def _argv_tail(args: Any) -> list[str]:
                 out.append(f"{flag} {getattr(args, name)}")
     if getattr(args, "neighbours", False):
         out.append("--neighbours")
-    out.append(f"--release {args.release}")
+    if getattr(args, "release", None) is not None:  # the CLI's; :class:`Args` has none
+        out.append(f"--release {args.release}")
     return out
 
 

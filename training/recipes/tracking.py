@@ -4,7 +4,8 @@
   checkpoint folder);
 * one tracked run (:func:`tracked_run`): tracking URI (:func:`tracking_uri`), experiment, and the
   recipe's settings logged as parameters once, at the start (the PPO recipes' also
-  ``timesteps_effective``, :func:`effective_timesteps`);
+  ``timesteps_effective``, :func:`effective_timesteps`), with the command, commit and versions
+  as tags (:func:`provenance_tags`);
 * what an fgd-mode run's evaluation score is measured on (:func:`placement_eval_set`: the
   evaluation traces' contents, seeds, FGD prefix and node list), recorded on the run;
 * the exported model as an MLflow pyfunc (:func:`log_placement_pyfunc`: the
@@ -22,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +38,8 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.openb import load_openb_nodes, trace_file
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.provenance import input_file
+from fleetmind.provenance import input_file, run_provenance
+from fleetmind.redact import safe_uri as redact
 from fleetmind.training.io import new_run_dir
 from fleetmind.training.pyfunc_entries import PLACEMENT
 from fleetmind.training.tracking import (
@@ -66,6 +70,40 @@ def run_dirs(args: Any, env_id: str) -> tuple[str, Path, Path]:
     return run_name, run_dir, ckpt_dir
 
 
+TRAIN_PACKAGES = ("gymnasium", "onnxruntime", "mlflow", "stable-baselines3", "sb3-contrib")
+"""The packages whose versions a placement training run's tags record beside torch and numpy
+(those ``sched train --json`` records)."""
+
+
+def process_command() -> str:
+    """The command line of this process (``sys.argv``: ``fleetmind sched train ...`` as typed,
+    the console script's path first), quoted for a POSIX shell, URIs with credentials redacted
+    (:func:`fleetmind.redact.safe_uri`)."""
+    return shlex.join(redact(str(w)) for w in sys.argv)
+
+
+def provenance_tags(command: str, packages: tuple[str, ...] = ()) -> dict[str, str]:
+    """MLflow tags that say what made a run, from :func:`fleetmind.provenance.run_provenance`
+    (a console script leaves MLflow's own ``mlflow.source.git.commit`` empty):
+    ``fleetmind.command`` (cut to MLflow's 8,000 characters), ``fleetmind.commit`` and ``fleetmind.code_modified`` (JSON text:
+    ``null`` outside a git checkout, ``true``/``false``), ``fleetmind.versions.<package>`` for
+    Python, torch, numpy, fleetmind and ``packages``, and ``mlflow.source.git.commit`` when the
+    commit is known; ``fleetmind.mixed_checkouts`` when the code came from several checkouts."""
+    prov = run_provenance(command, None, packages)
+    tags = {
+        "fleetmind.command": command if len(command) <= 8000 else command[:7997] + "...",
+        "fleetmind.commit": json.dumps(prov["commit"]).strip('"'),
+        "fleetmind.code_modified": json.dumps(prov["code_modified"]),
+    }
+    if prov["commit"]:
+        tags["mlflow.source.git.commit"] = prov["commit"]
+    if prov.get("mixed_checkouts"):
+        tags["fleetmind.mixed_checkouts"] = json.dumps(prov["mixed_checkouts"])
+    for pkg, version in prov["versions"].items():
+        tags[f"fleetmind.versions.{pkg}"] = json.dumps(version).strip('"')
+    return tags
+
+
 def run_params(args: Any) -> dict[str, Any]:
     """A recipe's settings as MLflow parameters: its ``mode``, then every field (lists and dicts
     as JSON)."""
@@ -92,7 +130,8 @@ def effective_timesteps(timesteps: int, n_steps: int, n_envs: int) -> int:
 @contextmanager
 def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[Any]:
     """The MLflow run of one training run: sets the tracking URI and experiment, starts the run,
-    logs :func:`run_params` once and yields the active run. ``summary`` gets ``tracking_uri`` and
+    logs :func:`run_params` once, tags it with :func:`provenance_tags` of this process's command
+    line (:func:`process_command`) and yields the active run. ``summary`` gets ``tracking_uri`` and
     ``run_id``. The run's body is under
     :func:`fleetmind.training.tracking.tracking_guard`: a store that fails mid-run stops it
     once a request has spent its retries (about a minute), with one line naming the run folder
@@ -113,6 +152,7 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     ):
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(run_params(args))
+        mlflow.set_tags(provenance_tags(process_command(), TRAIN_PACKAGES))
         if evals is not None:  # what eval_unalloc is measured on (log_placement_pyfunc reads it)
             eval_set, summary["eval_set"] = evals
             mlflow.set_tags({EVAL_SET_TAG: eval_set.fingerprint, EVAL_N_TAG: str(eval_set.n)})
