@@ -11,7 +11,9 @@ Upstream definitions the checks model:
   kubernetes/api ``networking/v1/types.go`` (``NetworkPolicyPeer``, ``NetworkPolicyPort``);
 * the control plane labels every namespace ``kubernetes.io/metadata.name=<name>``
   (same page, "Targeting a Namespace by its name"); CoreDNS keeps the ``k8s-app: kube-dns`` label
-  (kubernetes/kubernetes ``cluster/addons/dns/coredns/coredns.yaml.base``);
+  (kubernetes/kubernetes ``cluster/addons/dns/coredns/coredns.yaml.base``); OpenShift's DNS pods
+  run in ``openshift-dns`` with ``dns.operator.openshift.io/daemonset-dns: default`` on container
+  port 5353 (openshift/cluster-dns-operator ``assets/dns/daemonset.yaml``);
 * kustomize Components (``kind: Component``), ``$patch: delete`` and patches with a ``target``
   that matches nothing (no change): kubectl.docs.kubernetes.io "Components" and "patches".
 Rendering uses ``kubectl kustomize`` like tests/test_deploy_cluster.py (skipped without kubectl);
@@ -221,6 +223,19 @@ def test_the_policies_let_in_and_out_what_the_pods_need_and_nothing_else(tmp_pat
         # namespace AND pod selector: not any pod of kube-system, not kube-dns on another port
         other = {"ns": "kube-system", "labels": {"k8s-app": "other"}}
         assert not _allowed(server, "egress", pod, other, 53, proto)
+    # OpenShift: the DNS Operator's CoreDNS pods listen on 5353 behind dns-default's 53
+    # (openshift/cluster-dns-operator assets/dns/daemonset.yaml; label set by its controller)
+    ocp_dns = {
+        "ns": "openshift-dns",
+        "labels": {"dns.operator.openshift.io/daemonset-dns": "default"},
+    }
+    for proto in ("UDP", "TCP"):
+        assert _allowed(server, "egress", pod, ocp_dns, 5353, proto)
+        assert not _allowed(server, "egress", pod, ocp_dns, 53, proto)  # before the rewrite
+        assert not _allowed(server, "egress", pod, kube_dns, 5353, proto)  # ports per rule
+        for label, ns in (("other", "openshift-dns"), ("default", "default")):
+            stray = {"ns": ns, "labels": {"dns.operator.openshift.io/daemonset-dns": label}}
+            assert not _allowed(server, "egress", pod, stray, 5353, proto)
     prometheus = {"ns": "monitoring", "labels": {"app.kubernetes.io/name": "prometheus"}}
     assert _allowed(server, "egress", pod, prometheus, 9090, "TCP")
     assert _allowed(server, "egress", pod, alertmanager, 9093, "TCP")
