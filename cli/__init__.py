@@ -25,6 +25,12 @@ help included: parsing runs under the same contract; a
 an :class:`OSError` like any other. :func:`fleetmind.cli.runner.run_main` keeps this contract; the
 benchmark modules (``python -m benchmarks.<area>.<name>``) call it too, with their own name in
 place of ``fleetmind``.
+
+``--json -`` (every command with a ``--json`` file) writes the JSON to stdout alone: the command
+runs under :func:`fleetmind.training.io.stdout_for_json`, so what it prints (tables, notes) goes
+to stderr and ``fleetmind rca evaluate ... --json - | jq`` reads the JSON. The options of
+:data:`NAME_OPTIONS` name things, not files: their values are read as UTF-8
+(:func:`fleetmind.argtypes.utf8_text`) under a locale that cannot decode them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+
+from fleetmind import argtypes
 
 # the error contract lives in runner.py, which the benchmarks share; the status and the path
 # error stay importable from here for the callers and tests that used them
@@ -59,12 +67,34 @@ GROUPS: dict[str, str] = {
 }
 
 
+NAME_OPTIONS = frozenset({"--cluster", "--context", "--name", "--node"})
+"""Options whose value names something (a cluster, a kubeconfig context, a graph, a node), never a
+file: :func:`build_parser` gives each one without a type of its own
+:func:`fleetmind.argtypes.utf8_text`, so that ``--cluster prod-é`` under ``LC_ALL=C`` without
+UTF-8 mode is ``prod-é``, not the surrogates of its bytes. Paths keep those surrogates: Python
+opens files by them under such a locale."""
+
+
+def _names_as_text(parser: argparse.ArgumentParser) -> None:
+    """Give the :data:`NAME_OPTIONS` of ``parser`` and its sub-parsers (those that take a value
+    and have no type) the type :func:`fleetmind.argtypes.utf8_text`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _names_as_text(sub)
+        elif (
+            action.type is None and action.nargs != 0 and NAME_OPTIONS & set(action.option_strings)
+        ):
+            action.type = argtypes.utf8_text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the full argument parser with every command group registered.
 
     It and its sub-parsers are :class:`fleetmind.cli.runner.StdoutCheckingParser`: help and
     version text that stdout cannot take ends the command by the error contract (141, or 2 and
-    one line) instead of exiting 0 as if it was printed."""
+    one line) instead of exiting 0 as if it was printed. The :data:`NAME_OPTIONS` read their
+    value as text (:func:`_names_as_text`)."""
     parser = StdoutCheckingParser(
         prog="fleetmind",
         description="FleetMind: root-cause analysis and learned GPU placement for multi-cluster AI fleets.",
@@ -74,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in GROUPS.items():
         module = importlib.import_module(f"fleetmind.cli.{name}")
         module.register(sub, name, help_text)
+    _names_as_text(parser)
     return parser
 
 
@@ -136,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parse_and_run(argv: Sequence[str] | None) -> int | None:
     """Parse ``argv`` and run the command it names; a group without its command prints the
-    group's help (status 2), no group at all the top help (status 0)."""
+    group's help (status 2), no group at all the top help (status 0). A command given ``--json -``
+    runs with stdout kept for the JSON (:func:`fleetmind.training.io.stdout_for_json`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -149,4 +181,9 @@ def _parse_and_run(argv: Sequence[str] | None) -> int | None:
         return 0 if args.group is None else 2
     if args.group in OPENB_FALLBACK_GROUPS:
         _openb_fallback_note()
+    if argtypes.is_stdout(getattr(args, "json", None)):
+        from fleetmind.training.io import stdout_for_json
+
+        with stdout_for_json():
+            return func(args)
     return func(args)

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_json(args.json, as_json(args.prometheus, findings))
         except OSError as err:  # the findings are still printed, then the one error line
-            if _is_std_stream(args.json):
+            if _is_std_stream(args.json) or argtypes.is_stdout(args.json):
                 # --json /dev/stdout goes through the stream: a reader gone or a full disk there
                 # is stdout's failure, the runner's to report (quiet 141, or its one line)
                 raise

@@ -11,6 +11,9 @@ from fleetmind.cli.common import add_group, refuse_input_as_output, refuse_same_
 from fleetmind.redact import pad, terminal_safe
 from fleetmind.training.io import write_json
 
+JSON_HELP = "write the summary as JSON (-: to stdout alone, the table then on stderr)"
+"""The help of ``--json`` (``fleetmind.cli.main`` runs a command given ``--json -`` so)."""
+
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     _, sub = add_group(subparsers, name, help_text)
@@ -39,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="node whose link matrix to print (default: the first 8-GPU V100 node, else the node "
         "with the most GPUs)",
     )
-    p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    p.add_argument("--json", default=None, metavar="PATH", help=JSON_HELP)
     p.set_defaults(func=_show)
 
     d = sub.add_parser(
@@ -54,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "else the host name)",
     )
     d.add_argument("--out", default=None, metavar="FILE.yaml", help="save the fleet as YAML")
-    d.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    d.add_argument("--json", default=None, metavar="PATH", help=JSON_HELP)
     d.set_defaults(func=_discover)
 
 

@@ -434,6 +434,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait}")
     if args.rank_interval < 0:
         raise ConfigError(f"--rank-interval must be >= 0 seconds, got {args.rank_interval}")
+    if not args.speed > 0:  # before the storm's title, as the two above (replay checks it too)
+        raise ConfigError(f"--speed must be positive, got {args.speed:g}")
     title = f"{storm.get('name') or args.storm}: {storm.get('description', '')}".rstrip(": ")
     print(terminal_safe(title))
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -13,7 +13,11 @@
   work, so that a bad ``--json`` or ``--out`` is a one-line error, not a run lost at its end;
   :func:`output_file` and :func:`output_path` are the same check as ``argparse`` types;
   :func:`write_problem` says why a path cannot be written (no permission, or a read-only file
-  system), for every such check.
+  system), for every such check; ``--json -`` (:data:`STDOUT`, :func:`is_stdout`) is stdout,
+  which the check lets through;
+* :func:`utf8_text`: an ``argparse`` type for text that names something (a cluster, a node), not a
+  file: the bytes of a non-ASCII argument under a locale that cannot decode them (``LC_ALL=C``
+  without Python's UTF-8 mode) read as the UTF-8 they are.
 """
 
 from __future__ import annotations
@@ -22,11 +26,20 @@ import argparse
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 from fleetmind.errors import ConfigError
 
 SEED_LIMIT = 2**32
 """Seeds lie in ``[0, SEED_LIMIT)``."""
+
+STDOUT = "-"
+"""The output path that means stdout (``--json - | jq``), as for ``tar -f -`` or ``curl -o -``."""
+
+
+def is_stdout(path: Any) -> bool:
+    """Whether the output path ``path`` (a ``str``, a path-like or ``None``) is :data:`STDOUT`."""
+    return isinstance(path, str | os.PathLike) and os.fspath(path) == STDOUT
 
 
 def seed(text: str) -> int:
@@ -58,6 +71,35 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)
+"""The lone surrogates ``surrogateescape`` decodes an undecodable byte ``0xXX`` to (``U+DCXX``)."""
+
+
+def utf8_text(text: str) -> str:
+    """``argparse`` type: ``text`` (an argument that names something: a cluster, a node, a
+    context; never a file) as the UTF-8 it was typed in.
+
+    Python decodes the command line with the locale's encoding; under ``LC_ALL=C`` without UTF-8
+    mode (``PYTHONUTF8=0 PYTHONCOERCECLOCALE=0``) that is ASCII, and each byte of ``prod-é`` comes
+    as a lone surrogate (``prod-\\udcc3\\udca9``) that no JSON, YAML or pydantic model takes. Such
+    an argument is re-read from its bytes as UTF-8; one without surrogates is returned unchanged
+    (a locale that decoded it, such as Latin-1, meant what it decoded). A file path is not passed
+    through here: under such a locale Python opens files by those surrogates (the file system
+    encoding is ASCII too), and ``é`` itself would not open.
+
+    Raises:
+        argparse.ArgumentTypeError: the bytes are not UTF-8 either (shown as ``\\xXX``).
+    """
+    if not any(ord(c) in _ESCAPED_BYTES for c in text):
+        return text
+    raw = os.fsencode(text)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = raw.decode("ascii", "backslashreplace")
+        raise argparse.ArgumentTypeError(f"not UTF-8 text: {shown}") from None
 
 
 def _int(text: str) -> int:
@@ -126,12 +168,13 @@ def check_creatable(path: Path, flag: str) -> None:
 
 def check_writable_file(path: str | Path | None, flag: str) -> None:
     """Check, before any work, that the file ``path`` can be written: not a folder, writable if
-    it exists, else :func:`check_creatable`; nothing for ``None``.
+    it exists, else :func:`check_creatable`; nothing for ``None``, nor for ``--json -`` (stdout:
+    :func:`fleetmind.training.io.write_json` writes it there).
 
     Raises:
         ConfigError: naming ``flag``, the path and what blocks it.
     """
-    if path is None:
+    if path is None or (flag == "--json" and is_stdout(path)):  # stdout: nothing to check
         return
     p = Path(path)
     if p.is_dir():

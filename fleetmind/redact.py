@@ -299,9 +299,14 @@ reorder or hide what a terminal shows, so outside text shows them escaped."""
 
 def _shown(char: str) -> str:
     """``char`` as printed: itself when printable, else its escape as ``repr`` writes it
-    (``\\x1b``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``) without quotes."""
+    (``\\x1b``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``) without quotes. A lone surrogate
+    ``U+DC80``-``U+DCFF``, the byte ``0xXX`` a file name or argument held that the locale could not
+    decode (``surrogateescape``, ``LC_ALL=C`` without UTF-8 mode), shows as that byte, ``\\xXX``
+    (``d\\xc3\\xa9`` for the folder ``dé``), not as ``\\udcXX``."""
     if char.isprintable() and char not in _INVISIBLE:
         return char
+    if 0xDC80 <= ord(char) <= 0xDCFF:
+        return f"\\x{ord(char) - 0xDC00:02x}"
     return repr(char)[1:-1]
 
 

@@ -3,6 +3,8 @@
 :func:`write_json` writes a run's summary (the ``--json`` file of ``fleetmind rca ...`` and
 ``fleetmind sched ...``); the trainers in this package and the CLI share it. Both it and
 :func:`write_text_whole` write a file whole or not at all (a temporary file renamed over it).
+``--json -`` writes the JSON to stdout instead, alone there while :func:`stdout_for_json` holds
+(the command's tables and notes then go to stderr), so that ``... --json - | jq`` reads it.
 :func:`json_safe` turns the floats JSON cannot carry (NaN, infinities) into ``null``.
 :func:`new_run_dir` makes a training run's own folder.
 """
@@ -14,10 +16,15 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from fleetmind.argtypes import is_stdout
 from fleetmind.folders import write_file_whole
+
+_JSON_STDOUT: list[TextIO] = []
+"""The stdout of each :func:`stdout_for_json` entered and not left, innermost last."""
 
 
 def json_safe(value: Any) -> Any:
@@ -40,9 +47,27 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+@contextlib.contextmanager
+def stdout_for_json() -> Iterator[None]:
+    """Keep stdout for the JSON of ``--json -`` while the body runs: what the body prints to
+    ``sys.stdout`` (tables, notes) goes to ``sys.stderr``, and :func:`write_json` of ``-`` writes
+    to the ``sys.stdout`` of entry. A redirection of ``sys.stdout`` alone: a child process or a
+    C library writing to file descriptor 1 still reaches stdout."""
+    _JSON_STDOUT.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _JSON_STDOUT.pop()
+
+
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
     """Write ``payload`` as indented, strict JSON to ``path`` (parent folders created) whole or
     not at all (:func:`write_text_whole`); no-op for ``None``.
+
+    ``-`` (:data:`fleetmind.argtypes.STDOUT`) writes it to stdout, flushed: the stdout of the
+    innermost :func:`stdout_for_json`, else ``sys.stdout``. A reader that went away raises
+    ``BrokenPipeError`` (:func:`fleetmind.cli.runner.run_main` ends the command quietly, 141).
 
     A value JSON cannot carry (NaN, an infinity: a metric undefined for the run, such as a
     percentile of no samples) is written as ``null`` (:func:`json_safe`), never as the bare
@@ -51,6 +76,11 @@ def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
     if path is None:
         return
     text = json.dumps(json_safe(payload), indent=2, sort_keys=False, allow_nan=False)
+    if is_stdout(path):
+        stream = _JSON_STDOUT[-1] if _JSON_STDOUT else sys.stdout
+        stream.write(text + "\n")
+        stream.flush()
+        return
     write_text_whole(path, text + "\n")
 
 
