@@ -699,14 +699,17 @@ def _body_limit_text(path: str) -> str:
 
 def _middleware_errors(path: str, method: str, op: dict[str, Any]) -> dict[str, Any]:
     """The answers middleware and the server's connection guard give an operation before (or
-    instead of) its route: 408, 413 and 415 (operations with a body, as
-    :class:`fleetmind.serving.http_guard.GuardedHttpToolsProtocol`,
-    :class:`fleetmind.serving.middleware.BodyLimitMiddleware` and
-    :class:`fleetmind.serving.origin_guard.OriginGuard` refuse them), 429 with ``Retry-After``
-    (operations that need a token: :class:`fleetmind.serving.deps.AuthThrottle`, and the RCA
-    queue of :class:`fleetmind.serving.middleware.RCAAdmission`)."""
+    instead of) its route: 408 and 413 (operations with a body, and every ``POST``, ``PUT``,
+    ``PATCH`` and ``DELETE`` under ``/api/v1/``, where a client may send one to an operation that
+    reads none, as :class:`fleetmind.serving.http_guard.GuardedHttpToolsProtocol` and
+    :class:`fleetmind.serving.middleware.BodyLimitMiddleware` refuse any body), 415 (those
+    methods under ``/api/v1/``, as :class:`fleetmind.serving.origin_guard.OriginGuard` refuses
+    them), 429 with ``Retry-After`` (operations that need a token:
+    :class:`fleetmind.serving.deps.AuthThrottle`, and the RCA queue of
+    :class:`fleetmind.serving.middleware.RCAAdmission`)."""
     answers: dict[str, Any] = {}
-    if "requestBody" in op:
+    json_only = method.upper() in UNSAFE_METHODS and path.startswith(JSON_BODY_PREFIX)
+    if "requestBody" in op or json_only:
         timeout = {
             "description": "The request body stopped arriving: no byte for "
             "FLEETMIND_BODY_TIMEOUT_S (20 s by default); the connection is closed"
@@ -718,11 +721,12 @@ def _middleware_errors(path: str, method: str, op: dict[str, Any]) -> dict[str, 
             "description": _body_limit_text(path),
             "content": copy.deepcopy(_ERROR_CONTENT),
         }
-        if method.upper() in UNSAFE_METHODS and path.startswith(JSON_BODY_PREFIX):
+        if json_only:
             answers["415"] = {
-                "description": "A declared Content-Type that is not JSON, or a Content-Encoding "
-                "other than identity (no coding is decoded: send the body uncompressed; the "
-                "answer carries Accept-Encoding: identity)",
+                "description": "A body with a declared Content-Type that is not JSON, or a "
+                "Content-Encoding other than identity (no coding is decoded: send the body "
+                "uncompressed; the answer carries Accept-Encoding: identity)"
+                + ("" if "requestBody" in op else "; this operation reads no body: send none"),
                 "headers": {
                     "Accept-Encoding": {
                         "description": "sent with a refused Content-Encoding: identity",

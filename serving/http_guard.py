@@ -49,7 +49,12 @@ four checks to uvicorn's httptools protocol and changes nothing else:
 
 The guard writes its 408 and 431 itself: under ``/api/`` as JSON ``{"detail": ...}``, the shape
 of every other API refusal (``ErrorOut``), elsewhere (``/ui``, the probes) as plain text; the 503
-of a refused connection, which comes before any request is read, is plain text.
+of a refused connection, which comes before any request is read, is plain text. uvicorn's own
+``400 Invalid HTTP request received.`` (a request its parser rejects: a header name with a space,
+two different ``Content-Length`` values, a bad request line) is written the same way
+(:meth:`GuardedHttpToolsProtocol.send_400_response`): llhttp hands over the request target before
+it parses the headers, so a 400 for a bad header knows its target; one rejected within the
+target (or before it) is JSON only if what was read of the target is under ``/api/``.
 
 :func:`server_options` gives the ``uvicorn.run`` keyword arguments that install all of this.
 """
@@ -195,8 +200,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = data[-3:]
 
     def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request its parser rejects (``msg``: ``Invalid HTTP request
+        received.``), through :func:`_plain_answer`: JSON under ``/api/``. The target is as far
+        as it was read: ``on_message_begin`` clears it for each request, llhttp hands it over whole
+        before any header, and an error inside it leaves the part of the reads before."""
         if not self._refused:
-            super().send_400_response(msg)
+            target = getattr(self, "url", b"")  # uvicorn sets it in on_message_begin
+            _plain_answer(
+                self.transport, b"400 Bad Request", msg.encode("ascii", "replace"), target
+            )
 
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:

@@ -24,10 +24,12 @@ HTTP/1.0 may omit it):
   header that is not the service's own (the request's ``Host``, or ``FLEETMIND_PUBLIC_URL``'s
   origin) gets 403. Browsers send ``Origin`` on every such request (the Fetch standard); clients
   that are not browsers (Alertmanager, kube-scheduler, curl) send none.
-* **Content type**: a ``POST``, ``PUT`` or ``PATCH`` with a body under ``/api/v1/`` (the
-  Alertmanager webhook, the scheduler extender, ``/api/v1/rca``, placements, feedback, the graph)
-  gets 415 (RFC 9110 section 15.5.16) for a ``Content-Type`` that is not JSON (``*/json`` or
-  ``*/*+json``, parameters ignored): one rule for every route, where FastAPI's own answer to a
+* **Content type**: a ``POST``, ``PUT``, ``PATCH`` or ``DELETE`` with a body (:func:`has_body`:
+  a ``Transfer-Encoding`` or a ``Content-Length`` other than 0) under ``/api/v1/`` (the
+  Alertmanager webhook, the scheduler extender, ``/api/v1/rca``, placements, feedback, the graph;
+  a body sent to ``POST /api/v1/models/reload``, which reads none) gets 415 (RFC 9110 section
+  15.5.16) for a ``Content-Type`` that is not JSON (``*/json`` or ``*/*+json``, parameters
+  ignored): one rule for every route, where FastAPI's own answer to a
   form type was a misleading 422 "Input should be a valid dictionary". Alertmanager always
   sends ``application/json`` (prometheus/alertmanager
   ``notify/util.go``, ``PostJSON``) and so does kube-scheduler's extender client
@@ -62,8 +64,8 @@ from fleetmind.serving.settings import Settings
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that change state: cross-site ones are refused under ``/api/``."""
 JSON_BODY_PREFIX = "/api/v1/"
-"""Every ``POST``, ``PUT`` and ``PATCH`` with a body under it takes JSON only: 415 for another
-declared content type."""
+"""Every ``POST``, ``PUT``, ``PATCH`` and ``DELETE`` with a body under it takes JSON only: 415 for
+another declared content type or a content coding."""
 IDENTITY_CODINGS = frozenset({"", "identity"})
 """``Content-Encoding`` codings that leave the body as sent (compared trimmed and lower-case):
 any other gets 415, as no route decodes one."""
@@ -98,6 +100,20 @@ def unsupported_coding(headers: Any) -> str | None:
             if coding not in IDENTITY_CODINGS:
                 return coding
     return None
+
+
+def has_body(headers: dict[bytes, str], scope: Any) -> bool:
+    """Whether an HTTP/1 request carries a body (RFC 9112 section 6.3): it has one only with a
+    ``Transfer-Encoding``, or a ``Content-Length`` other than 0; with neither it has none (a
+    ``POST`` with no body at all, as ``POST /api/v1/models/reload`` is sent). ``headers``: the
+    first copy of each field, names lower-case; ``scope``: its ASGI scope. A request of another
+    version (HTTP/2 frames a body without either field) counts as having one."""
+    if not str(scope.get("http_version", "1.1")).startswith("1"):
+        return True
+    if b"transfer-encoding" in headers:
+        return True
+    length = headers.get(b"content-length")
+    return length is not None and length.strip().strip("0") != ""
 
 
 def is_ip_literal(host: str) -> bool:
@@ -272,7 +288,7 @@ class OriginGuard:
         origin = headers.get(b"origin")
         if origin is not None and not same_origin(origin, host_header, settings.public_url):
             return 403, "cross-origin request refused: the Origin header is not this service's"
-        if not path.startswith(JSON_BODY_PREFIX) or headers.get(b"content-length") == "0":
+        if not path.startswith(JSON_BODY_PREFIX) or not has_body(headers, scope):
             return None
         coding = unsupported_coding(scope.get("headers", ()))
         if coding is not None:

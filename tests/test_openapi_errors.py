@@ -1,10 +1,14 @@
 """The refusals middleware and the connection guard give before any route runs are in the
 published spec and answered as it says: ``/openapi.json`` lists 408, 413 and 415 on every operation
-with a request body and 429 with ``Retry-After`` on every operation that needs a token; a body with
+with a request body and on every unsafe method under ``/api/v1/`` (a body sent to
+``POST /api/v1/models/reload`` is refused as well), and 429 with ``Retry-After`` on every operation
+that needs a token; a request with neither ``Content-Length`` nor ``Transfer-Encoding`` has no body
+(RFC 9112 section 6.3), so its ``Content-Encoding`` is not refused; a body with
 a ``Content-Encoding`` other than ``identity`` gets 415 (RFC 9110 sections 8.4.1 and 15.5.16, with
 ``Accept-Encoding``), where a gzip body was parsed as JSON text (a 422 quoting the compressed bytes)
 and a plain body labelled ``br`` was taken; the guard's 408 and 431 under ``/api/`` are JSON
-``{"detail": ...}`` as every other API refusal, plain text elsewhere.
+``{"detail": ...}`` as every other API refusal, plain text elsewhere, and so is uvicorn's 400 for
+a request its parser rejects.
 
 Alertmanager and kube-scheduler send no ``Content-Encoding``: Alertmanager's webhook notifier
 posts the JSON as is (prometheus/alertmanager ``notify/webhook/webhook.go`` through
@@ -36,6 +40,7 @@ from serving_helpers import free_port, wait_for
 from fleetmind.serving.app import create_app
 from fleetmind.serving.deps import route_scope
 from fleetmind.serving.http_guard import ConnectionLimits, GuardedHttpToolsProtocol
+from fleetmind.serving.origin_guard import has_body
 from fleetmind.serving.schemas import ErrorOut
 from fleetmind.serving.settings import Settings
 
@@ -275,3 +280,115 @@ def test_431_is_json_under_the_api_only(guard_port: int, path: str, is_json: boo
         assert "larger than 4096 bytes" in ErrorOut.model_validate_json(body).detail
     else:
         assert headers["content-type"].startswith("text/plain")
+
+
+# ------------------------------------------- operations that read no body, and bodies of none
+def test_every_unsafe_api_v1_operation_documents_408_413_415(
+    served: tuple[Any, TestClient, dict],
+) -> None:
+    """OriginGuard, BodyLimitMiddleware and the guard's body timeout apply to a body sent to any
+    POST/PUT/PATCH/DELETE under /api/v1/, whether or not its route reads one."""
+    _, _, spec = served
+    unsafe = [
+        (m, p, op)
+        for m, p, op in _operations(spec)
+        if m in ("post", "put", "patch", "delete") and p.startswith("/api/v1/")
+    ]
+    assert ("post", "/api/v1/models/reload") in [(m, p) for m, p, _ in unsafe]
+    for method, path, op in unsafe:
+        for code in ("408", "413", "415"):
+            assert code in op["responses"], f"{method.upper()} {path} lacks {code}"
+    reload_415 = spec["paths"]["/api/v1/models/reload"]["post"]["responses"]["415"]
+    assert "reads no body" in reload_415["description"]
+
+
+def _without_length(client: TestClient, path: str, headers: dict[str, str]) -> Any:
+    """POST ``path`` with no Content-Length and no Transfer-Encoding (as ``curl -X POST`` sends
+    it): httpx adds ``Content-Length: 0`` to a POST without content, so it is taken out."""
+    request = client.build_request("POST", path, headers=headers)
+    del request.headers["content-length"]
+    assert "transfer-encoding" not in request.headers
+    return client.send(request)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"Content-Encoding": "gzip"}, {"Content-Type": "text/plain"}, {"Content-Encoding": "br"}],
+)
+def test_a_post_without_a_body_is_not_refused_for_its_labels(
+    served: tuple[Any, TestClient, dict], extra: dict[str, str]
+) -> None:
+    """RFC 9112 section 6.3: a request with neither Content-Length nor Transfer-Encoding has no
+    body, so there is nothing whose type or coding could be refused (was 415)."""
+    _, client, _ = served
+    r = _without_length(client, "/api/v1/models/reload", {**AUTH, **extra})
+    assert r.status_code == 200, (extra, r.status_code, r.text[:200])
+
+
+def test_a_body_sent_to_reload_gets_the_documented_415(
+    served: tuple[Any, TestClient, dict],
+) -> None:
+    _, client, spec = served
+    for headers in ({"Content-Type": "text/plain"}, {"Content-Encoding": "gzip"}):
+        r = client.post("/api/v1/models/reload", content=b"x", headers={**AUTH, **headers})
+        assert r.status_code == 415, (headers, r.status_code, r.text[:200])
+        jsonschema.validate(r.json(), _error_schema(spec))
+
+
+@pytest.mark.parametrize(
+    ("headers", "version", "expected"),
+    [
+        ({}, "1.1", False),
+        ({b"content-length": "0"}, "1.1", False),
+        ({b"content-length": " 00 "}, "1.0", False),
+        ({b"content-length": "3"}, "1.1", True),
+        ({b"content-length": "10"}, "1.1", True),
+        ({b"transfer-encoding": "chunked"}, "1.1", True),
+        ({}, "2", True),  # HTTP/2 frames a body without either field
+    ],
+)
+def test_has_body_follows_rfc_9112(headers: dict[bytes, str], version: str, expected: bool) -> None:
+    assert has_body(headers, {"http_version": version}) is expected
+
+
+# ------------------------------------------------------------- uvicorn's 400 for a bad request
+BAD_HEADS = {
+    "space in a header name": "Host: x\r\nBad Name: 1\r\n\r\n",
+    "two Content-Length values": "Host: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+}
+"""Heads llhttp (httptools, uvicorn's parser) rejects after the request line: uvicorn answers
+``400 Invalid HTTP request received.`` (uvicorn ``protocols/http/httptools_impl.py``,
+``data_received``)."""
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_HEADS))
+@pytest.mark.parametrize(("path", "is_json"), [("/api/v1/alerts", True), ("/ui/fleet", False)])
+def test_an_unparsable_request_gets_a_json_400_under_the_api_only(
+    guard_port: int, bad: str, path: str, is_json: bool
+) -> None:
+    data = f"POST {path} HTTP/1.1\r\n{BAD_HEADS[bad]}".encode()
+    status, headers, body = _exchange(guard_port, data)
+    assert status == 400
+    assert int(headers["content-length"]) == len(body)
+    if is_json:
+        assert headers["content-type"] == "application/json"
+        assert ErrorOut.model_validate_json(body).detail == "Invalid HTTP request received."
+    else:
+        assert headers["content-type"].startswith("text/plain")
+        assert body == b"Invalid HTTP request received."
+
+
+def test_a_bad_request_after_an_api_one_does_not_borrow_its_target(guard_port: int) -> None:
+    """A keep-alive connection: the 400 for a bad request line after a request under /api/ is
+    plain text, as the target of the bad request was never read."""
+    ok = b"GET /api/v1/alerts HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", guard_port), timeout=5.0) as s:
+        s.sendall(ok)
+        first = s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        s.sendall(b"G@T /api/v1/alerts HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 400"), got
+    assert b"content-type: text/plain" in got.lower()
