@@ -141,6 +141,7 @@ def _args(
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
     monkeypatch.setattr(base, "time", types.SimpleNamespace(time=c))  # the cache's clock only
+    monkeypatch.setattr(base, "monotonic", c)  # the cache ages snapshots on monotonic()
     return c
 
 

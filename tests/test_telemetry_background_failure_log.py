@@ -63,6 +63,7 @@ class Gated(TelemetrySource):
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
     monkeypatch.setattr(base.time, "time", c)
+    monkeypatch.setattr(base, "monotonic", c)  # the cache ages snapshots on monotonic()
     return c
 
 

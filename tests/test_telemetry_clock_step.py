@@ -4,9 +4,11 @@ Prometheus's.
 1. NTP stepping a host clock back (one that ran 1 h ahead) made a cached snapshot's wall-clock
    age (``time.time() - age_ts``) negative: the snapshot counted as fresh for the whole hour, so
    ``/api/v1/fleet``, placements and the extender decided on GPU state up to an hour old (also at
-   ``ttl_s`` 0, documented as "always wait" for a fresh read). The cache now also counts
-   :func:`time.monotonic` from when it stored the snapshot (and the holds view of
-   ``DbReservations`` likewise), so a step back cannot make either look younger.
+   ``ttl_s`` 0, documented as "always wait" for a fresh read). Once cached, a snapshot's age now
+   counts on :func:`time.monotonic` (from its wall-clock age then), so a step back cannot make
+   it look younger, nor a step forward expire a snapshot seconds old (with the source down, that
+   failed requests the stale snapshot would have served); the holds view of ``DbReservations``
+   is reread when either clock says it is old.
 2. The fleet queries' ``time`` was FleetMind's wall clock and the fresh filter keeps series with
    ``time() - timestamp(x) < 120`` (``timestamp()``: the sample's own timestamp,
    https://prometheus.io/docs/prometheus/latest/querying/functions/#timestamp): a FleetMind clock
@@ -14,6 +16,9 @@ Prometheus's.
    Prometheus's clock from its answers' HTTP ``Date`` header (Go's net/http sets it on every
    response: ``net/http/server.go``, ``(*chunkWriter).writeHeader``, "If the Date header is not
    set ..."; RFC 9110 section 6.6.1) and evaluates the queries at Prometheus's time.
+3. That offset came from whichever of the four concurrent answers was noted last, with the clock
+   read after its body: one answer 6 s late made it -5.7 s, a second round of queries and a
+   warning. It is now the largest of one collect's answers, each read when its headers arrive.
 
 Deterministic: fake clocks (a namespace standing for the ``time`` module of the code under test)
 and an ``httpx.MockTransport`` fake Prometheus; no sleeps.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import types
 from email.utils import formatdate
@@ -137,11 +143,62 @@ def test_fresh_snapshot_reads_after_a_step_back(clocks: Clocks) -> None:
     assert second is not first and src.reads == 3
 
 
-def test_a_wall_clock_stepped_forward_only_reads_early(clocks: Clocks) -> None:
+def test_a_wall_clock_stepped_forward_keeps_the_cached_snapshot(clocks: Clocks) -> None:
     src = Counting(ttl_s=5.0)
     first = src.snapshot()
     clocks.advance(1.0, step_wall_by=STEP_BACK_S)
+    assert src.snapshot() is first and src.reads == 1  # 1 s old, whatever the wall clock says
+
+
+def test_a_snapshot_already_old_when_cached_keeps_that_age(clocks: Clocks) -> None:
+    """The monotonic count starts from the snapshot's wall-clock age when it was cached (a source
+    that answered 4 s before the read returned): with a 5 s TTL it is fresh for 1 s more."""
+
+    class Late(Counting):
+        def collect(self) -> FleetSnapshot:
+            snap = super().collect()
+            snap.received_ts = base.time.time() - 4.0
+            return snap
+
+    src = Late(ttl_s=5.0)
+    first = src.snapshot()
+    assert src._age_s(first) == 4.0
+    clocks.advance(0.5, step_wall_by=-STEP_BACK_S)
+    assert src.snapshot() is first
+    clocks.advance(1.0, step_wall_by=STEP_BACK_S)
     assert src.snapshot() is not first and src.reads == 2
+
+
+def test_a_forward_step_while_the_source_is_down_still_serves_the_stale_snapshot(
+    clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot 7 s old (TTL 5 s, 30 s stale bound) with the source down: a wall clock stepped
+    60 s forward (a VM resumed, NTP catching up) made it count 67 s old, past the bound, so the
+    request read itself and got the source's error instead of the stale snapshot."""
+    src = Counting(ttl_s=5.0, max_stale_s=30.0)
+    monkeypatch.setattr(src, "_refresh_in_background", lambda: None)  # no background reads
+    first = src.snapshot()
+    src.failing = True
+    clocks.advance(6.0)
+    assert src.snapshot() is first  # stale, within the bound
+    clocks.advance(1.0, step_wall_by=60.0)
+    assert src._age_s(first) == 7.0
+    assert src.snapshot() is first and src.fresh_snapshot() is first  # the old code raised
+
+
+def test_a_forward_step_does_not_end_the_window_after_a_failed_read(
+    clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For ``ttl_s`` after a failed read ``fresh_snapshot`` reads no more; a forward step must not
+    end that window early (a down source read once per call)."""
+    src = Counting(ttl_s=5.0, max_stale_s=30.0)
+    monkeypatch.setattr(src, "_refresh_in_background", lambda: None)  # no background reads
+    first = src.snapshot()
+    clocks.advance(6.0)
+    src.failing = True
+    assert src.fresh_snapshot() is first and src.reads == 2  # read, failed: stale served
+    clocks.advance(1.0, step_wall_by=60.0)
+    assert src.fresh_snapshot() is first and src.reads == 2  # the old code: a third read
 
 
 # ----------------------------------------------------------------------- the holds view cache
@@ -251,3 +308,122 @@ def test_without_a_date_header_the_queries_keep_fleetmind_s_clock(skewed: None) 
     finally:
         src.close()
     assert fake.times == [PROM_NOW + AHEAD_S] * 4 and snap.nodes == []
+
+
+# ------------------------------------------------- one collect's Date headers, some answers slow
+IN_STEP_S = 0.2  # FleetMind's clock is this far ahead of Prometheus's: within the tolerance
+LATE_S = 6.0  # how long one answer takes to arrive after Prometheus stamped its Date
+
+
+class AnswerClock:
+    """FleetMind's wall clock as the code under test reads it: ``PROM_NOW + IN_STEP_S``, plus,
+    in a query thread, the ``lag`` the fake Prometheus sets for the answer that thread receives
+    (the pool's threads are reused: every answer sets its own)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def time(self) -> float:
+        return PROM_NOW + IN_STEP_S + getattr(self.local, "lag", 0.0)
+
+
+class SlowBody(httpx.SyncByteStream):
+    """A body that takes ``LATE_S`` to download (a 5 MB answer on a slow link): the thread's
+    clock moves on while it is read, after the headers arrived."""
+
+    def __init__(self, data: bytes, clock: AnswerClock) -> None:
+        self.data, self.clock = data, clock
+
+    def __iter__(self) -> Any:
+        self.clock.local.lag = LATE_S
+        yield self.data
+
+
+class LatePrometheus:
+    """Answers as Prometheus at ``PROM_NOW`` would, its ``Date`` stamped when it writes the
+    headers (Go's ``net/http``, ``(*chunkWriter).writeHeader``); ``slow_ksm``: the
+    kube-state-metrics answer of the first collect reaches FleetMind ``LATE_S`` after that, and
+    only once the three DCGM queries are done (so that it is the last answer noted);
+    ``slow_bodies``: every body downloads for ``LATE_S`` after its headers."""
+
+    def __init__(
+        self,
+        src: PrometheusApiSource,
+        clock: AnswerClock,
+        *,
+        slow_ksm: bool = False,
+        slow_bodies: bool = False,
+    ) -> None:
+        self.src, self.clock = src, clock
+        self.slow_ksm, self.slow_bodies = slow_ksm, slow_bodies
+        self.times: list[float] = []
+        self.dcgm_done = threading.Semaphore(0)
+        query = src.query
+
+        def counted(promql: str, name: str | None = None, at: float | None = None) -> Any:
+            try:
+                return query(promql, name, at)
+            finally:
+                if promql != src.ksm_query:
+                    self.dcgm_done.release()
+
+        src.query = counted  # type: ignore[method-assign]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        form = parse_qs(request.content.decode())
+        self.times.append(float(form["time"][0]))
+        self.clock.local.lag = 0.0
+        headers = {"Date": formatdate(PROM_NOW, usegmt=True), "Content-Type": "application/json"}
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        if self.slow_ksm and form["query"][0] == self.src.ksm_query:
+            self.slow_ksm = False
+            for _ in range(3):
+                assert self.dcgm_done.acquire(timeout=10.0)
+            self.clock.local.lag = LATE_S
+        if self.slow_bodies:
+            return httpx.Response(200, headers=headers, stream=SlowBody(body, self.clock))
+        return httpx.Response(200, headers=headers, content=body)
+
+
+def _late_source(monkeypatch: pytest.MonkeyPatch, **kw: bool) -> tuple[Any, LatePrometheus]:
+    clock = AnswerClock()
+    monkeypatch.setattr(prometheus, "time", types.SimpleNamespace(time=clock.time))
+    src = PrometheusApiSource("http://prom.test:9090", ttl_s=0.0)
+    fake = LatePrometheus(src, clock, **kw)
+    src._client = httpx.Client(transport=httpx.MockTransport(fake))
+    return src, fake
+
+
+def test_one_late_answer_does_not_move_the_clock_offset(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clocks in step; one of the four answers arrives 6 s after its Date and is noted last. The
+    old code took the offset from it (-5.7 s), ran the four queries again at that offset with a
+    warning, and the next refresh moved it back with a second one."""
+    src, fake = _late_source(monkeypatch, slow_ksm=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger=prometheus.__name__):
+            src.collect()
+            assert len(fake.times) == 4  # the old code: 8, the last four at PROM_NOW - 5.5
+            assert src._date_offset_s == pytest.approx(0.5 - IN_STEP_S)  # the on-time answers'
+            src.collect()
+        assert fake.times == [PROM_NOW + IN_STEP_S] * 8
+        assert src._clock_offset_s == 0.0 and caplog.records == []
+    finally:
+        src.close()
+
+
+def test_a_slow_body_download_does_not_count_as_clock_offset(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every answer's headers arrive at once but its body takes 6 s: the offset is taken when
+    the headers arrive (the old code read the clock after the body: -5.7 s, a second round of
+    queries and a warning on every first read)."""
+    src, fake = _late_source(monkeypatch, slow_bodies=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger=prometheus.__name__):
+            src.collect()
+        assert fake.times == [PROM_NOW + IN_STEP_S] * 4 and caplog.records == []
+        assert src._date_offset_s == pytest.approx(0.5 - IN_STEP_S)
+    finally:
+        src.close()

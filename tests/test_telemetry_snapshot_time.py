@@ -61,6 +61,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     # both modules use the one ``time`` module: patching it through either patches both
     monkeypatch.setattr(prometheus.time, "time", c)
     monkeypatch.setattr(base.time, "time", c)
+    monkeypatch.setattr(base, "monotonic", c)  # the cache ages snapshots on monotonic()
     return c
 
 

@@ -76,6 +76,7 @@ class GatedSource(TelemetrySource):
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
     monkeypatch.setattr(base.time, "time", c)
+    monkeypatch.setattr(base, "monotonic", c)  # the cache ages snapshots on monotonic()
     return c
 
 

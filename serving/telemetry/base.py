@@ -16,7 +16,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from time import monotonic  # by name: tests replace ``base.time`` to move the wall clock only
+from time import monotonic  # by name: tests replace it and ``base.time`` apart (clock steps)
 from typing import TYPE_CHECKING, Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
@@ -172,13 +172,14 @@ class NodeState:
 class FleetSnapshot:
     """The fleet at ``collected_ts`` (Unix seconds) as seen by ``source``.
 
-    ``collected_ts`` is the time the data describes (a Prometheus server: the instant its queries
-    were evaluated), which the bound-pod grace and the "as of" times count from;
+    ``collected_ts`` is the time the data describes on FleetMind's clock (a Prometheus server:
+    FleetMind's now when the queries were sent, which went as their ``time`` plus Prometheus's
+    clock offset), which the bound-pod grace and the "as of" times count from;
     ``received_ts`` (Unix seconds; ``None``: ``collected_ts``) is when the source had answered,
     which the cache's TTL and stale bounds count from, so a read slower than the TTL still serves
-    the requests that follow it (:meth:`TelemetrySource.snapshot`); the cache also counts
-    :func:`time.monotonic` from when it stored the snapshot, so a wall clock stepped back does not
-    make it look younger.
+    the requests that follow it (:meth:`TelemetrySource.snapshot`); once the snapshot is cached,
+    its age counts on :func:`time.monotonic`, so a wall clock stepped back does not make it look
+    younger, nor one stepped forward older.
     """
 
     source: str
@@ -230,7 +231,8 @@ class TelemetrySource(ABC):
         self._error: Exception | None = None  # that of the last refresh, None when it worked
         self._failed_ts: float | None = None  # when the last refresh failed (None: it worked)
         self._failed_mono: float | None = None  # monotonic() of that failure
-        self._cached_mono: tuple[FleetSnapshot, float] | None = None  # _cached, monotonic() then
+        # _cached and the monotonic() instant it was 0 s old (see _age_s)
+        self._cached_mono: tuple[FleetSnapshot, float] | None = None
         self._background = threading.Lock()  # held while a background refresh is pending or runs
         self._failing = False  # background refreshes failing since the last that worked (logged)
         self._closed = False  # set by close(): no more background refreshes, no failure warnings
@@ -240,18 +242,20 @@ class TelemetrySource(ABC):
         """Read the fleet state now; raises NotAvailableError/DataError when it cannot."""
 
     def _age_s(self, snap: FleetSnapshot) -> float:
-        """How old (s) the cached ``snap`` is for the TTL, stale and log bounds: the larger of its
-        wall-clock age (now - ``age_ts``) and the :func:`time.monotonic` time since it was cached.
+        """How old (s) the cached ``snap`` is for the TTL, stale and log bounds: its wall-clock
+        age when it was cached (now - ``age_ts`` then, at least 0) plus the :func:`time.monotonic`
+        time since; by the wall clock alone (now - ``age_ts``) for a snapshot cached without that
+        record.
 
-        The monotonic count keeps a wall clock stepped back (NTP correcting a host clock that ran
-        ahead) from making a snapshot look younger than it is: by the wall clock alone its age
-        is negative and it would be served as fresh until the clock caught up (an hour for a 1 h
-        step). A clock stepped forward can only make it look older: one refresh early."""
-        age = time.time() - snap.age_ts
+        The wall clock is read once, when the snapshot is cached: NTP stepping it afterwards
+        changes no age. Stepped back (a host clock that ran ahead), the wall-clock age would be
+        negative and the snapshot served as fresh until the clock caught up (an hour for a 1 h
+        step); stepped forward (a VM resumed, a clock that lagged), a snapshot seconds old would
+        count as expired, skip stale-while-refresh and fail requests while the source is down."""
         mono = getattr(self, "_cached_mono", None)
         if mono is not None and mono[0] is snap:
-            age = max(age, monotonic() - mono[1])
-        return age
+            return monotonic() - mono[1]
+        return time.time() - snap.age_ts
 
     def _fresh(self) -> FleetSnapshot | None:
         snap = self._cached
@@ -260,16 +264,14 @@ class TelemetrySource(ABC):
         return snap
 
     def _failed_within_ttl(self) -> bool:
-        """Whether the last refresh failed less than ``ttl_s`` seconds ago (wall clock and
-        :func:`time.monotonic` both, so a clock stepped back does not stretch the window)."""
-        failed = getattr(self, "_failed_ts", None)
-        if failed is None:
-            return False
-        since = time.time() - failed
+        """Whether the last refresh failed less than ``ttl_s`` seconds ago, by
+        :func:`time.monotonic` (the wall clock when the failure has no monotonic record), so a
+        clock stepped either way neither stretches nor ends the window."""
         failed_mono = getattr(self, "_failed_mono", None)
         if failed_mono is not None:
-            since = max(since, monotonic() - failed_mono)
-        return since < self.ttl_s
+            return monotonic() - failed_mono < self.ttl_s
+        failed = getattr(self, "_failed_ts", None)
+        return failed is not None and time.time() - failed < self.ttl_s
 
     def _servable_stale(self) -> FleetSnapshot | None:
         """The cached snapshot when it is past ``ttl_s`` but within ``max_stale_s`` more (and
@@ -359,7 +361,9 @@ class TelemetrySource(ABC):
         else:
             self._error = None
             self._failed_ts = self._failed_mono = None
-            self._cached, self._cached_mono = snap, (snap, monotonic())
+            # the monotonic instant the snapshot was 0 s old (its wall-clock age now, >= 0)
+            origin = monotonic() - max(0.0, time.time() - snap.age_ts)
+            self._cached, self._cached_mono = snap, (snap, origin)
             if self._failing:
                 self._failing = False
                 log.info("telemetry %s: refreshing works again", self.name)

@@ -276,6 +276,7 @@ import ipaddress
 import logging
 import math
 import re
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -887,7 +888,9 @@ class PrometheusApiSource(TelemetrySource):
         self._client = http_client(timeout_s, ca_file)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
         self._clock_offset_s = 0.0  # Prometheus's clock minus FleetMind's, as the queries allow
-        self._date_offset_s: float | None = None  # that offset by the last answer's Date header
+        # that offset by the Date headers of this collect's answers: the largest (_note_date)
+        self._date_offset_s: float | None = None
+        self._date_lock = threading.Lock()  # the concurrent queries each note their answer's
 
     def query(self, promql: str, name: str | None = None, at: float | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
@@ -922,7 +925,11 @@ class PrometheusApiSource(TelemetrySource):
             form["time"] = f"{at:.3f}"
             form["nocache"] = "1"  # VictoriaMetrics: evaluate at `time`, not now - latencyOffset
         try:
-            resp = self._client.post(self.url + "/api/v1/query", data=form, headers=headers)
+            with self._client.stream(
+                "POST", self.url + "/api/v1/query", data=form, headers=headers
+            ) as resp:
+                headers_at = time.time()  # before the body: a slow download does not count
+                resp.read()
         except httpx.HTTPError as err:
             raise NotAvailableError(
                 f"cannot query Prometheus at {self.shown_url}: "
@@ -936,7 +943,7 @@ class PrometheusApiSource(TelemetrySource):
         if problem is not None:
             raise NotAvailableError(f"Prometheus at {self.shown_url} {problem}")
         assert isinstance(body, dict)  # http_problem refuses any other answer
-        self._note_date(resp.headers.get("date"), time.time())
+        self._note_date(resp.headers.get("date"), headers_at)
         data = body.get("data")
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(result, list | None):
@@ -961,10 +968,13 @@ class PrometheusApiSource(TelemetrySource):
         return out
 
     def _note_date(self, date: str | None, now: float) -> None:
-        """Record Prometheus's clock offset (s, its minus FleetMind's ``now``) from an answer's
-        HTTP ``Date`` header (RFC 9110 section 6.6.1, whole seconds; Go's net/http, which
-        Prometheus, Thanos and VictoriaMetrics answer with, sets it on every response); nothing
-        when there is none or it cannot be read."""
+        """Estimate Prometheus's clock offset (s, its minus FleetMind's) from an answer's HTTP
+        ``Date`` header (RFC 9110 section 6.6.1, whole seconds; Go's net/http, which Prometheus,
+        Thanos and VictoriaMetrics answer with, stamps it as it writes the headers) and ``now``,
+        FleetMind's clock when those headers arrived; keep the largest estimate of the current
+        :meth:`collect`. The time an answer takes to arrive can only lower the estimate (its
+        ``Date`` was stamped that much before ``now``), so one slow answer among the four does
+        not move it. Nothing when there is no header or it cannot be read."""
         if not date:
             return
         from email.utils import parsedate_to_datetime
@@ -973,28 +983,32 @@ class PrometheusApiSource(TelemetrySource):
             sent = parsedate_to_datetime(date).timestamp()
         except (TypeError, ValueError, IndexError, OverflowError):
             return
-        self._date_offset_s = sent + 0.5 - now  # the header truncates to the second
+        seen = sent + 0.5 - now  # the header truncates to the second
+        with self._date_lock:
+            if self._date_offset_s is None or seen > self._date_offset_s:
+                self._date_offset_s = seen
 
     def collect(self) -> FleetSnapshot:
         """Run the DCGM entries of :attr:`queries` and :attr:`ksm_query` concurrently and build
         the snapshot.
 
-        Every query is evaluated at one instant, taken (to the millisecond) before they are
-        sent, and that instant is the snapshot's ``collected_ts``: the time its data describes,
-        not when the answers (2-16 s later at 1,000-5,000 nodes) were read, since the bound-pod
-        grace and the "as of" times count from it. The time the last answer was read is its
-        ``received_ts``, which the cache's TTL and stale bounds count from: a refresh slower than
-        the TTL still serves the requests that follow it.
+        Every query is evaluated at one instant: FleetMind's now, taken (to the millisecond)
+        before they are sent, is the snapshot's ``collected_ts`` (its date, on FleetMind's clock,
+        which the holds and the cache compare it with), and it goes to Prometheus as ``time``
+        plus Prometheus's clock offset. That date is not when the answers (2-16 s later at
+        1,000-5,000 nodes) were read, since the bound-pod grace and the "as of" times count from
+        it. The time the last answer was read is its ``received_ts``, which the cache's TTL and
+        stale bounds count from: a refresh slower than the TTL still serves the requests that
+        follow it.
 
-        The instant is sent on Prometheus's clock: FleetMind's plus the offset its answers' HTTP
-        ``Date`` headers show (``collected_ts`` stays on FleetMind's clock, which the holds and
-        the cache compare it with). Sent on FleetMind's clock alone, a FleetMind clock 2 min
-        ahead of Prometheus's made every series look older than ``max_age_s`` to the fresh filter
-        and gave an empty fleet without an error. The ``Date`` header costs no query: an extra
-        ``time()`` query would add a round trip before the four on every refresh (the path
-        requests wait on). When the answers show an offset more than :data:`SKEW_TOLERANCE_S`
-        from the one sent (the first read, or the clocks stepped), the queries run once more at
-        Prometheus's time and the offset is logged; later refreshes send it from the start."""
+        The offset is the largest the HTTP ``Date`` headers of one collect's answers show
+        (:meth:`_note_date`). Sent on FleetMind's clock alone, a FleetMind clock 2 min ahead of
+        Prometheus's made every series look older than ``max_age_s`` to the fresh filter and gave
+        an empty fleet without an error. The ``Date`` header costs no query: an extra ``time()``
+        query would add a round trip before the four on every refresh (the path requests wait
+        on). When the answers show an offset more than :data:`SKEW_TOLERANCE_S` from the one sent
+        (the first read, or the clocks stepped), the queries run once more with it and the offset
+        is logged; later refreshes send it from the start."""
         offset = self._clock_offset_s
         snap = self._collect_at(offset)
         seen = self._date_offset_s
@@ -1011,7 +1025,10 @@ class PrometheusApiSource(TelemetrySource):
         return self._collect_at(seen)
 
     def _collect_at(self, offset: float) -> FleetSnapshot:
-        """:meth:`collect` with the queries evaluated at FleetMind's now plus ``offset`` (s)."""
+        """:meth:`collect` with the queries evaluated at FleetMind's now plus ``offset`` (s); the
+        ``Date`` headers of these answers alone give :attr:`_date_offset_s`."""
+        with self._date_lock:
+            self._date_offset_s = None
         now = round(time.time(), 3)
         at = round(now + offset, 3)
         futures = {
