@@ -143,7 +143,9 @@ def test_the_alert_table_gives_a_resolved_alerts_end_time(client: TestClient) ->
     # START is set at collection; a long suite can run this test minutes later: allow up to 59 m
     assert all(re.fullmatch(r"firing for (1h 5\d|2h [0-5]?\d)m", v) for v in firing), firing
     key = re.search(r'id="timeline-key">(.*?)</p>', page, re.S).group(1)
-    assert "tooltip" not in key and "start and end of each alert it lists" in key  # no promise touch screens break
+    assert (
+        "tooltip" not in key and "start and end of each alert it lists" in key
+    )  # no promise touch screens break
 
 
 def _rules(page: str) -> dict[str, str]:
