@@ -222,28 +222,47 @@ def commands_in(d: dict[str, Any]) -> list[str]:
     return [c for c in cmds if isinstance(c, str)]
 
 
-CHECKED_PATHS = re.compile(r"(?:benchmarks/results|models)/(?:\{[^{}\s]*\}|[^\s'\",;:{])+")
+CHECKED_PATHS = re.compile(
+    r"(?<![\w/.$:@-])(?:benchmarks/results|models)/(?:\{[^{}\s]*\}|[^\s'\",;:{])+"
+)
 """Paths in a recorded command that the checkout should hold: results and models (scripts that
-moved are listed in :data:`MOVED_SCRIPTS`; scratch and data folders are outside it)."""
+moved are listed in :data:`MOVED_SCRIPTS`; scratch and data folders are outside it). Only where a
+path starts: ``/tmp/run/models/seed0``, ``runs:/abc/models/policy`` and ``$RUN_DIR/models/s0``
+name no folder of the checkout."""
+
+OUTPUT_OPTIONS = re.compile(r"""(?<!\S)(?:--out|--json|-o)(?:=|\s+)(?:"[^"]*"|'[^']*'|\S+)""")
+"""An option that names what the run itself writes (``--out DIR``, ``--json FILE``, ``-o FILE``)
+with its value: a path that is absent before the run is no missing input."""
+
+SHELL_PUNCTUATION = ";<>|&()"
+"""Characters that end a word unquoted in a POSIX shell: a ``;``, ``<``, ``>``, ``|``, ``&``,
+``(`` or ``)`` in a recorded command (prose such as ``--note 2-core machine; load averages``, a
+placeholder ``<run id>``) makes the shell run something other than what was recorded."""
+
+COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)")
+"""``$(nproc)``: a command substitution, which a shell runs as meant."""
 
 
 def paste_gap(cmd: str) -> str | None:
     """Why a POSIX shell would not run ``cmd`` as recorded (None when it would): an unclosed
-    quote (``shlex.split`` fails), an unquoted ``(`` or ``)`` (a syntax error after a word), or
-    a word ending in ``,`` or ``:`` (prose, such as a label with spaces and commas that was not
-    quoted: the shell splits it into words the script reads as separate arguments)."""
+    quote (``shlex.split`` fails), an unquoted character of :data:`SHELL_PUNCTUATION` (a syntax
+    error, a redirection or a second command; ``$(...)`` is allowed), or a word ending in ``,``
+    or ``:`` (prose, such as a label with spaces and commas that was not quoted: the shell splits
+    it into words the script reads as separate arguments)."""
     import shlex
 
     try:
         words = shlex.split(cmd)
-        lexer = shlex.shlex(cmd, posix=True, punctuation_chars="()")
+        lexer = shlex.shlex(
+            COMMAND_SUBSTITUTION.sub("x", cmd), posix=True, punctuation_chars=SHELL_PUNCTUATION
+        )
         lexer.whitespace_split = True
         tokens = list(lexer)
     except ValueError:
         return "command does not paste back (unclosed quote)"
-    paren = next((t for t in tokens if t in ("(", ")")), None)
-    if paren is not None:
-        return f'command does not paste back (unquoted "{paren}")'
+    mark = next((t for t in tokens if t and set(t) <= set(SHELL_PUNCTUATION)), None)
+    if mark is not None:
+        return f'command does not paste back (unquoted "{mark}")'
     prose = next((w for w in words if w.endswith((",", ":")) and " " not in w), None)
     if prose is not None:
         return f'command does not paste back (unquoted text: "{prose}")'
@@ -254,11 +273,12 @@ def command_gaps(cmd: str, own: str | None = None) -> list[str]:
     """Why the recorded command ``cmd`` cannot be pasted back as it is: :func:`paste_gap`, and
     ``names a missing path P`` (``and N more``) for the results and model paths it names
     (:data:`CHECKED_PATHS`, brace groups expanded) that this checkout does not hold (a folder
-    moved since). ``own``: the result's file name, left out (a result filed into an area folder
-    since names its old place)."""
+    moved since), outputs of the run itself (:data:`OUTPUT_OPTIONS`) left out. ``own``: the
+    result's file name, left out (a result filed into an area folder since names its old
+    place)."""
     gaps = [g for g in [paste_gap(cmd)] if g is not None]
     missing: list[str] = []
-    for found in CHECKED_PATHS.findall(cmd):
+    for found in CHECKED_PATHS.findall(OUTPUT_OPTIONS.sub(" ", cmd)):
         for path in expand_braces(found.rstrip(".)")):
             name = path.rstrip("/").rsplit("/", 1)[-1]
             if name != own and not (REPO_ROOT / path).exists() and path not in missing:
@@ -654,8 +674,9 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         " not record, a commit this repository does not hold (`commit not in this repository`),"
         " code changed beside the commit it names (`code modified beside the commit`), a recorded"
         " command that a shell would not run as written (`command does not paste back`: an"
-        " unclosed quote, an unquoted parenthesis or label) or that names a results or model"
-        " path this checkout lacks (`names a missing path`: the folder moved since). Results are"
+        " unclosed quote, an unquoted label or one of `;<>|&()`) or that names a results or"
+        " model path this checkout lacks (`names a missing path`: the folder moved since; what"
+        " the run wrote, after `--out`, `--json` or `-o`, does not count). Results are"
         " not rewritten after the fact; a rerun records it all (`benchmarks/provenance.py`).",
         "",
         "Commands are as recorded, with the scratch folder a run wrote to shown as `$RUN_DIR`"

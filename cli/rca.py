@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import shlex
 import sys
@@ -431,17 +432,28 @@ def _evaluate_inputs(args: argparse.Namespace, analyzers: dict) -> dict:
     """The inputs ``rca evaluate --json`` records after the metrics, each file as given, with its
     absolute path and SHA-256 (:func:`fleetmind.provenance.input_file`), so that a result says
     which bytes it scored when ``--data`` is a relative path or a folder regenerated since:
-    ``data_abs`` and ``split_file`` (the ``--data`` folder, absolute, and its ``<split>.jsonl``;
-    both null with ``--feedback-db``), and ``model``: for the GAT (``gat``) when it runs, its
-    ``model.pt`` (``given``: ``--model`` or the released folder; an MLflow URI has no local file:
-    ``path`` and ``sha256`` null, ``version`` the registry version it loaded), else null."""
+    ``data_abs`` and ``split_file`` (the ``--data`` folder, absolute, and its ``<split>.jsonl``),
+    ``graphs_sha256`` (:func:`graphs_sha256` of its ``graphs/``: the topologies every method
+    ranks on, which the records only name) and ``train_file`` (its ``train.jsonl``, which the
+    learned baselines of :data:`fleetmind.rca.metrics.DATA_TRAINED` fit on; null when none
+    runs), all null with ``--feedback-db``; and ``model``: for the GAT (``gat``) when it runs,
+    its ``model.pt`` (``given``: ``--model`` or the released folder; an MLflow URI has no local
+    file: ``path`` and ``sha256`` null, ``given`` with any password masked, ``version`` the
+    registry version it loaded), else null."""
     from fleetmind.provenance import input_file
+    from fleetmind.rca.metrics import DATA_TRAINED
 
-    out: dict = {"data_abs": None, "split_file": None, "model": None}
+    out: dict = {"data_abs": None, "split_file": None, "graphs_sha256": None, "train_file": None}
+    out["model"] = None
     if args.data and not args.feedback_db:
-        out["data_abs"] = str(Path(args.data).resolve())
-        split = Path(args.data) / f"{args.split}.jsonl"
+        root = Path(args.data)
+        out["data_abs"] = str(root.resolve())
+        split = root / f"{args.split}.jsonl"
         out["split_file"] = input_file(str(split), split)
+        out["graphs_sha256"] = graphs_sha256(root)
+        train = root / "train.jsonl"
+        if any(name in DATA_TRAINED for name in analyzers) and train.is_file():
+            out["train_file"] = input_file(str(train), train)
     gat = analyzers.get("gat")
     if gat is not None:
         from fleetmind.data.mlflow_store import is_mlflow_uri
@@ -449,11 +461,30 @@ def _evaluate_inputs(args: argparse.Namespace, analyzers: dict) -> dict:
 
         given = str(args.model) if args.model else _released_gat()
         if is_mlflow_uri(given):
-            entry = {"given": given, "path": None, "sha256": None, "version": gat.version}
+            entry = {"given": safe_uri(given), "path": None, "sha256": None, "version": gat.version}
         else:
             entry = input_file(given, _resolve_ref(args.model) / "model.pt")
         out["model"] = {"gat": entry}
     return out
+
+
+def graphs_sha256(data: str | Path) -> str | None:
+    """One SHA-256 (hex) over every ``graphs/*.json`` of the dataset folder ``data``, in name order:
+    each file's name, its size in bytes and its bytes, so that a renamed, edited, added or
+    removed graph changes it; None without a ``graphs/`` folder. The same digest as the
+    ``data_graphs_sha256`` parameter of ``rca train`` runs
+    (:func:`fleetmind.training.rca_train.data_params`), so a result and the model it scores can be
+    matched to the same topologies. Read in 1 MiB blocks."""
+    folder = Path(data) / "graphs"
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.glob("*.json") if p.is_file()):
+        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
 
 
 def _used_by_training(incidents: list[dict], analyzers: dict) -> dict[str, dict]:

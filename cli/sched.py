@@ -276,6 +276,7 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
     result = evaluate_fgd(
         trace, named, seeds, nodes=nodes, workers=args.workers, progress=show_bar()
     )
+    result[LOADED_KEY] = objects  # popped by the caller (_loaded_versions), never written
     if objects:
         extra = evaluate_fgd(trace, objects, seeds, nodes=nodes, progress=show_bar())
         result["policies"].update(extra["policies"])
@@ -802,6 +803,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.mode == "fgd":
         load_start = _load_now()
         result = _evaluate_fgd(args, policies, seeds)
+        _loaded_versions(inputs["model"], result.pop(LOADED_KEY, {}))
         result = {**_evaluate_provenance(args, load_start), **result}  # as in dynamic mode
     else:
         result = _evaluate_dynamic(args, policies, seeds)
@@ -825,17 +827,23 @@ STAGES = ("ppo", "clone", "teacher", "rollout")
 def _evaluate_inputs(args: argparse.Namespace, policies: list[str] | None) -> dict[str, Any]:
     """The input files ``sched evaluate --json`` records after its other keys, each as given, with
     its absolute path and SHA-256 (:func:`fleetmind.provenance.input_file`), so that a result
-    says which bytes it scored when a name (``default``, the released model folder) later means
-    other files: ``trace_file``, the trace (null when it does not resolve: the run then refuses
-    it), and ``model`` (:func:`_model_files`)."""
-    from fleetmind.data.openb import trace_file
+    says which bytes it scored when a name (``default``, ``gpu_node``, the released model folder)
+    later means other files: ``trace_file``, the trace, and ``nodes_file``, the node list
+    (``--nodes``, else the openb GPU node list that both modes run on without it; it sets every
+    unallocated-GPU figure), each null when it does not resolve (the run then refuses it), and
+    ``model`` (:func:`_model_files`)."""
+    from fleetmind.data.openb import node_file, trace_file
     from fleetmind.provenance import input_file
 
-    try:
-        trace = input_file(str(args.trace), trace_file(str(args.trace)))
-    except (DataError, OSError):
-        trace = None
-    return {"model": _model_files(args, policies), "trace_file": trace}
+    def hashed(given: str, resolve: Any) -> dict[str, str] | None:
+        try:
+            return input_file(given, resolve(given))
+        except (DataError, OSError):
+            return None
+
+    trace = hashed(str(args.trace), trace_file)
+    nodes = hashed(str(args.nodes or "gpu_node"), node_file)
+    return {"model": _model_files(args, policies), "trace_file": trace, "nodes_file": nodes}
 
 
 def _model_files(args: argparse.Namespace, policies: list[str] | None) -> dict[str, Any] | None:
@@ -843,9 +851,12 @@ def _model_files(args: argparse.Namespace, policies: list[str] | None) -> dict[s
     ``clone``, ``teacher``, ``rollout``; :data:`STAGES`), the file it reads (:func:`_stage_file`)
     as :func:`fleetmind.provenance.input_file` records it, ``given`` being ``--model`` or the
     released folder; None when no stage runs. An MLflow URI has no local file (``path`` and
-    ``sha256`` null); a file that is not there is left out (its loader refuses the run)."""
+    ``sha256`` null, ``given`` with any password masked by :func:`fleetmind.redact.safe_uri`,
+    and ``version``, the registry version the run loaded, filled in after it by
+    :func:`_loaded_versions`); a file that is not there is left out (its loader refuses the run)."""
     from fleetmind.data.mlflow_store import is_mlflow_uri
     from fleetmind.provenance import input_file
+    from fleetmind.redact import safe_uri
 
     stages = [s for s in STAGES if s in {str(p).lower() for p in policies or []}]
     if not stages:
@@ -854,12 +865,29 @@ def _model_files(args: argparse.Namespace, policies: list[str] | None) -> dict[s
     out: dict[str, Any] = {}
     for stage in stages:
         if is_mlflow_uri(given):
-            out[stage] = {"given": given, "path": None, "sha256": None}
+            out[stage] = {"given": safe_uri(given), "path": None, "sha256": None, "version": None}
             continue
         found = _stage_file(Path(given), stage, args.mode)
         if found is not None and found.is_file():
             out[stage] = input_file(given, found)
     return out
+
+
+LOADED_KEY = "_loaded_policies"
+"""Key under which :func:`_evaluate_fgd` hands the model policies it loaded (stage -> policy
+object) to :func:`_cmd_evaluate`, which removes it before the result is written."""
+
+
+def _loaded_versions(model: dict[str, Any] | None, loaded: dict[str, Any]) -> None:
+    """Fill ``version`` of each MLflow entry of ``model`` (:func:`_model_files`) with the registry
+    version (``<registered name>/<version>``) of the policy the run loaded for that stage
+    (``registry_version`` of :class:`fleetmind.rl.policy_adapter.PPOPlacementPolicy`): a
+    ``models:/name@alias`` names other bytes once the alias moves. It stays null for a
+    ``runs:/`` URI (its run id names the bytes) and with ``--ray-address`` (each worker loads
+    the model itself)."""
+    for stage, entry in (model or {}).items():
+        if "version" in entry and stage in loaded:
+            entry["version"] = getattr(loaded[stage], "registry_version", None)
 
 
 def _stage_file(ref: Path, stage: str, mode: str) -> Path | None:

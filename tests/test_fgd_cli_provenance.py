@@ -39,6 +39,7 @@ def test_fgd_json_starts_with_provenance_that_reruns_it(tmp_path: Path, capsys) 
         "published_reason",
         "model",  # the input files' bytes, added after the keys of before
         "trace_file",
+        "nodes_file",
     ]
     assert res["mode"] == "fgd" and set(res["policies"]) == {"BestFit", "FGD"}
     assert {"numpy", "fleetmind", "gymnasium", "onnxruntime"} <= set(res["versions"])

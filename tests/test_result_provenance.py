@@ -4,14 +4,19 @@
   path and SHA-256) and ``trace_file``: with the default ``--model`` the same recorded command
   scored the PPO policy before 2026-12-02 and its clone since (docs/ppo.md), and only the hash
   tells them apart;
-* ``rca evaluate --json`` records ``data_abs``, ``split_file`` (hashed) and ``model`` (the GAT's
-  ``model.pt``), where ``data`` alone was the relative path as typed;
-* ``rca train`` logs the dataset's absolute path, each split file's SHA-256 and its
-  ``meta.json`` generator settings as params, and the command, commit and versions as tags
+* ``sched evaluate --json`` also records ``nodes_file`` (the node list sets every figure), and for
+  an MLflow ``--model`` the registry version loaded and the URI without its password;
+* ``rca evaluate --json`` records ``data_abs``, ``split_file`` (hashed), ``graphs_sha256`` (the
+  graph files the records name), ``train_file`` (what the learned baselines fit on) and
+  ``model`` (the GAT's ``model.pt``), where ``data`` alone was the relative path as typed;
+* ``rca train`` logs the dataset's absolute path, each split file's SHA-256, the digest of its
+  graphs and its ``meta.json`` generator settings as params, and the command, commit and versions as tags
   (``mlflow.source.git.commit`` is empty for a console script); ``sched train``'s runs
   (``training.recipes.tracking.tracked_run``) get the same tags;
 * ``benchmarks/index.py`` no longer calls a result's provenance ``complete`` when its command
-  would not paste back into a shell or names a results/model path the checkout lacks.
+  would not paste back into a shell (unclosed quote, unquoted ``;<>|&()`` or label; ``$(...)``
+  pastes back) or names a results/model path the checkout lacks (a path's start only; the run's
+  own outputs after ``--out``/``--json``/``-o`` do not count).
 """
 
 from __future__ import annotations
@@ -101,6 +106,70 @@ def test_sched_evaluate_stage_files_follow_the_loaders(tmp_path: Path) -> None:
     assert _stage_file(tmp_path, "teacher", "dynamic") == tmp_path / "teacher.json"
 
 
+def test_sched_evaluate_json_names_the_node_list_bytes(tmp_path: Path, monkeypatch) -> None:
+    """The node list sets every unallocated-GPU figure: an edited ``--nodes`` file with the same
+    name gives another ``nodes_file.sha256``."""
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pods.csv").write_text(PODS)
+    argv = ["sched", "evaluate", "--trace", "pods.csv", "--nodes", "nodes.csv"]
+    argv += ["--policies", "BestFit", "--seeds", "1", "--json"]
+    sums = []
+    for gpus in ("8", "4"):
+        (tmp_path / "nodes.csv").write_text(NODES.replace(",8,", f",{gpus},"))
+        assert cli.main([*argv, f"r{gpus}.json"]) == 0
+        nodes = json.loads((tmp_path / f"r{gpus}.json").read_text())["nodes_file"]
+        assert nodes == {
+            "given": "nodes.csv",
+            "path": str(tmp_path / "nodes.csv"),
+            "sha256": sha(tmp_path / "nodes.csv"),
+        }
+        sums.append(nodes["sha256"])
+    assert sums[0] != sums[1]
+
+
+@pytest.mark.skipif(not (PLACEMENT / "policy.onnx").is_file(), reason="no released model")
+def test_sched_evaluate_json_names_the_registry_version_of_an_mlflow_model(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``--model models:/name@alias`` has no local file to hash: the record names the registry
+    version the run loaded (``PPOPlacementPolicy.registry_version``, which
+    ``rl.policy_adapter._load_mlflow`` sets from the alias it resolved once), so the result still
+    says which model it scored after the alias moves. The download is replaced by the released
+    policy loaded from its folder (no MLflow server here)."""
+    from fleetmind.cli import sched
+    from fleetmind.rl.policy_adapter import load_ppo_policy
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.chdir(tmp_path)
+    uri = "models:/fleetmind-placement@champion"
+    policy = load_ppo_policy(PLACEMENT)
+    policy.registry_version = "fleetmind-placement/7"
+    monkeypatch.setattr(sched, "_load_ppo", lambda ref: policy if ref == uri else pytest.fail(ref))
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    argv = ["sched", "evaluate", "--trace", "pods.csv", "--nodes", "nodes.csv", "--seeds", "1"]
+    assert cli.main([*argv, "--policies", "ppo", "--model", uri, "--json", "r.json"]) == 0
+    ppo = json.loads((tmp_path / "r.json").read_text())["model"]["ppo"]
+    assert ppo == {"given": uri, "path": None, "sha256": None, "version": "fleetmind-placement/7"}
+
+
+def test_sched_evaluate_json_masks_the_password_of_a_model_uri() -> None:
+    """``command`` masks a password in ``--model``; ``model.<stage>.given`` does as well."""
+    import argparse
+
+    from fleetmind.cli.sched import _model_files
+
+    uri = "https://admin:s3cr3t@mlflow.example/api/2.0/mlflow-artifacts/artifacts/policy.onnx"
+    args = argparse.Namespace(model=uri, mode="fgd")
+    entry = _model_files(args, ["ppo"])["ppo"]
+    assert "s3cr3t" not in json.dumps(entry)
+    assert (
+        entry["given"]
+        == "https://***@mlflow.example/api/2.0/mlflow-artifacts/artifacts/policy.onnx"
+    )
+
+
 # --------------------------------------------------------------------------- rca evaluate
 
 
@@ -124,6 +193,68 @@ def test_rca_evaluate_json_names_the_data_split_and_model_bytes(
     gat = d["model"]["gat"]
     assert gat["path"] == str(model / "model.pt") and gat["sha256"] == sha(model / "model.pt")
     assert gat["given"] == str(model)
+
+
+def test_rca_evaluate_json_names_the_graph_and_train_bytes(tmp_path: Path, monkeypatch) -> None:
+    """The records name their topologies (``graphs/<name>.json``) and the learned baselines fit on
+    ``train.jsonl`` whatever ``--split`` is: an edited graph with identical records gives another
+    ``graphs_sha256``, and ``train_file`` is recorded when a learned baseline runs."""
+    from fleetmind.training.rca_train import data_params
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["rca", "generate", "--out", "g1", "--incidents", "40", "--seed", "1"]) == 0
+    argv = ["rca", "evaluate", "--data", "g1", "--split", "test", "--seed", "0", "--json"]
+    first = tmp_path / "r1.json"
+    assert cli.main([*argv, str(first), "--methods", "node_gbdt", "deepest"]) == 0
+    d = json.loads(first.read_text())
+    train = tmp_path / "g1" / "train.jsonl"
+    assert d["train_file"] == {"given": "g1/train.jsonl", "path": str(train), "sha256": sha(train)}
+    assert d["graphs_sha256"] == data_params(tmp_path / "g1")["data_graphs_sha256"]
+    graph = sorted((tmp_path / "g1" / "graphs").glob("*.json"))[0]
+    graph.write_bytes(graph.read_bytes() + b"\n")  # the same graph, other bytes
+    second = tmp_path / "r2.json"
+    assert cli.main([*argv, str(second), "--methods", "deepest"]) == 0
+    d2 = json.loads(second.read_text())
+    assert d2["split_file"] == d["split_file"]  # identical records ...
+    assert d2["graphs_sha256"] != d["graphs_sha256"]  # ... on other graph bytes
+    assert d2["train_file"] is None  # no method read train.jsonl
+
+
+def test_graph_digest_covers_names_and_bytes(tmp_path: Path) -> None:
+    """``graphs_sha256``: name order, each name, size and bytes; the CLI's copy and the training
+    run's give the same digest, so a result can be matched to the data a model trained on."""
+    from fleetmind.cli.rca import graphs_sha256
+    from fleetmind.training import rca_train
+
+    assert graphs_sha256(tmp_path) is None
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(b'{"x": 1}')
+    (folder / "b.json").write_bytes(b"{}")
+    expected = hashlib.sha256(b'a.json\x008\x00{"x": 1}b.json\x002\x00{}').hexdigest()
+    assert graphs_sha256(tmp_path) == rca_train.graphs_sha256(tmp_path) == expected
+    (folder / "a.json").rename(folder / "c.json")  # same bytes, another name
+    assert graphs_sha256(tmp_path) != expected
+
+
+def test_rca_evaluate_json_masks_the_password_of_a_model_uri() -> None:
+    import argparse
+
+    from fleetmind.cli.rca import _evaluate_inputs
+
+    class Gat:
+        version = "fleetmind-rca/3"
+
+    uri = "https://admin:s3cr3t@mlflow.example/api/2.0/mlflow-artifacts/artifacts/rca"
+    args = argparse.Namespace(model=uri, data=None, feedback_db="sqlite:///fb.db", split="x")
+    gat = _evaluate_inputs(args, {"gat": Gat()})["model"]["gat"]
+    assert gat == {
+        "given": "https://***@mlflow.example/api/2.0/mlflow-artifacts/artifacts/rca",
+        "path": None,
+        "sha256": None,
+        "version": "fleetmind-rca/3",
+    }
 
 
 # ----------------------------------------------------------------------------- rca train
@@ -166,6 +297,9 @@ def test_rca_train_run_logs_data_hashes_and_provenance_tags(mlflow_uri, tmp_path
     assert params["data_abs"] == str(data.resolve())
     for split in ("train", "val", "test"):
         assert params[f"data_sha256/{split}"] == sha(data / f"{split}.jsonl")
+    from fleetmind.cli.rca import graphs_sha256
+
+    assert params["data_graphs_sha256"] == graphs_sha256(data)  # the graphs the records name
     meta = json.loads((data / "meta.json").read_text())
     assert params["data_meta/generator"] == meta["generator"] == "tests.gat_helpers"
     commit = git_commit()["commit"]
@@ -239,6 +373,22 @@ FULL = {
         ),
         ("python -m benchmarks.x --label that commit's code", "unclosed quote"),
         ("python -m benchmarks.x --note a (b)", 'unquoted "("'),
+        # fit_scale_50_run1.json: a note with a ";", not quoted
+        (
+            "python -m benchmarks.rca.fit_scale --note 2-core machine; load averages in machine",
+            'command does not paste back (unquoted ";")',
+        ),
+        ("python -m benchmarks.x --traces <half of the 11> --seeds 1", 'unquoted "<"'),
+        ("python -m benchmarks.x --model models/placement | tee log", 'unquoted "|"'),
+        ("python -m benchmarks.x --model models/placement --workers $(nproc)", "complete"),
+        # paths that hold a models/ folder but name none of the checkout
+        ("python -m benchmarks.x --model /tmp/run/models/seed0", "complete"),
+        ("python -m benchmarks.x --model runs:/abc/models/policy", "complete"),
+        ("python -m benchmarks.x --model $RUN_DIR/models/s0", "complete"),
+        ("python -m benchmarks.x --model old=models/gone", "names a missing path models/gone"),
+        # what the run itself writes is no missing input
+        ("python -m benchmarks.x --out benchmarks/results/new_run.json", "complete"),
+        ("python -m benchmarks.x --json=benchmarks/results/new.json -o models/new", "complete"),
         # the folder moved to benchmarks/results/placement/ablation_models/
         (
             "python -m benchmarks.x benchmarks/results/placement_ablation_models/fgd/seed{1,2}",
