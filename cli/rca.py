@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import shlex
 import sys
@@ -27,7 +26,7 @@ from fleetmind.cli.common import (
 )
 from fleetmind.data.errors import ConfigError
 from fleetmind.progress import bar_disable
-from fleetmind.provenance import load_now, run_provenance
+from fleetmind.provenance import graphs_sha256, load_now, run_provenance
 from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.training.io import write_json
 
@@ -433,7 +432,7 @@ def _evaluate_inputs(args: argparse.Namespace, analyzers: dict) -> dict:
     absolute path and SHA-256 (:func:`fleetmind.provenance.input_file`), so that a result says
     which bytes it scored when ``--data`` is a relative path or a folder regenerated since:
     ``data_abs`` and ``split_file`` (the ``--data`` folder, absolute, and its ``<split>.jsonl``),
-    ``graphs_sha256`` (:func:`graphs_sha256` of its ``graphs/``: the topologies every method
+    ``graphs_sha256`` (:func:`fleetmind.provenance.graphs_sha256` of its ``graphs/``: the topologies every method
     ranks on, which the records only name) and ``train_file`` (its ``train.jsonl``, which the
     learned baselines of :data:`fleetmind.rca.metrics.DATA_TRAINED` fit on; null when none
     runs), all null with ``--feedback-db``; and ``model``: for the GAT (``gat``) when it runs,
@@ -466,25 +465,6 @@ def _evaluate_inputs(args: argparse.Namespace, analyzers: dict) -> dict:
             entry = input_file(given, _resolve_ref(args.model) / "model.pt")
         out["model"] = {"gat": entry}
     return out
-
-
-def graphs_sha256(data: str | Path) -> str | None:
-    """One SHA-256 (hex) over every ``graphs/*.json`` of the dataset folder ``data``, in name order:
-    each file's name, its size in bytes and its bytes, so that a renamed, edited, added or
-    removed graph changes it; None without a ``graphs/`` folder. The same digest as the
-    ``data_graphs_sha256`` parameter of ``rca train`` runs
-    (:func:`fleetmind.training.rca_train.data_params`), so a result and the model it scores can be
-    matched to the same topologies. Read in 1 MiB blocks."""
-    folder = Path(data) / "graphs"
-    if not folder.is_dir():
-        return None
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.glob("*.json") if p.is_file()):
-        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
 
 
 def _used_by_training(incidents: list[dict], analyzers: dict) -> dict[str, dict]:

@@ -147,6 +147,24 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def graphs_sha256(data: str | Path) -> str | None:
+    """One SHA-256 (hex) over every ``graphs/*.json`` of the RCA dataset folder ``data``, in name
+    order: each file's name, its size in bytes and its bytes, so that a renamed, edited, added or
+    removed graph changes it; None without a ``graphs/`` folder. ``rca evaluate --json`` records it
+    as ``graphs_sha256`` and ``rca train`` logs it as ``data_graphs_sha256``, so a result and the
+    model it scores can be matched to the same topologies. Read in 1 MiB blocks."""
+    folder = Path(data) / "graphs"
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.glob("*.json") if p.is_file()):
+        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
 def input_file(given: str, path: str | Path) -> dict[str, str]:
     """One input file of a run, ``{"given": as the user named it (an openb trace name, a relative
     CSV path), "path": absolute, "sha256": of its bytes}``, so that a result says which bytes it

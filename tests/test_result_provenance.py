@@ -222,9 +222,9 @@ def test_rca_evaluate_json_names_the_graph_and_train_bytes(tmp_path: Path, monke
 
 
 def test_graph_digest_covers_names_and_bytes(tmp_path: Path) -> None:
-    """``graphs_sha256``: name order, each name, size and bytes; the CLI's copy and the training
-    run's give the same digest, so a result can be matched to the data a model trained on."""
-    from fleetmind.cli.rca import graphs_sha256
+    """``graphs_sha256``: name order, each name, size and bytes; ``rca evaluate`` and the training
+    run use the one function, so a result can be matched to the data a model trained on."""
+    from fleetmind.provenance import graphs_sha256
     from fleetmind.training import rca_train
 
     assert graphs_sha256(tmp_path) is None
@@ -297,7 +297,7 @@ def test_rca_train_run_logs_data_hashes_and_provenance_tags(mlflow_uri, tmp_path
     assert params["data_abs"] == str(data.resolve())
     for split in ("train", "val", "test"):
         assert params[f"data_sha256/{split}"] == sha(data / f"{split}.jsonl")
-    from fleetmind.cli.rca import graphs_sha256
+    from fleetmind.provenance import graphs_sha256
 
     assert params["data_graphs_sha256"] == graphs_sha256(data)  # the graphs the records name
     meta = json.loads((data / "meta.json").read_text())

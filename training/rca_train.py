@@ -54,7 +54,7 @@ from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
 from fleetmind.folders import write_folder_whole
 from fleetmind.progress import show_bar
-from fleetmind.provenance import file_sha256
+from fleetmind.provenance import file_sha256, graphs_sha256
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import new_run_dir, write_json
@@ -637,7 +637,7 @@ def data_params(data: str | Path) -> dict[str, Any]:
     """MLflow parameters that say which dataset a run read, whatever ``--data`` was called:
     ``data_abs`` (the folder, absolute), ``data_sha256/<split>`` (SHA-256 of each
     ``<split>.jsonl`` in it, hex), ``data_graphs_sha256`` (one SHA-256 over its ``graphs/*.json``,
-    :func:`graphs_sha256`: the records only name their topologies) and ``data_meta/<field>`` (the
+    :func:`fleetmind.provenance.graphs_sha256`: the records only name their topologies) and ``data_meta/<field>`` (the
     generator settings of its ``meta.json``, nested fields joined by ``/``, lists as JSON; values
     over :data:`META_PARAM_MAX` characters left out; none when the folder has no readable
     ``meta.json``)."""
@@ -663,24 +663,6 @@ def data_params(data: str | Path) -> dict[str, Any]:
     if isinstance(meta, dict):
         flat("data_meta", meta)
     return out
-
-
-def graphs_sha256(data: str | Path) -> str | None:
-    """One SHA-256 (hex) over every ``graphs/*.json`` of the dataset folder ``data``, in name order:
-    each file's name, its size in bytes and its bytes; None without a ``graphs/`` folder. The
-    digest ``rca evaluate --json`` records as ``graphs_sha256``
-    (:func:`fleetmind.cli.rca.graphs_sha256`, kept alike: the CLI does not import this module
-    before a run needs torch)."""
-    folder = Path(data) / "graphs"
-    if not folder.is_dir():
-        return None
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.glob("*.json") if p.is_file()):
-        h.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
 
 
 def train_command(args: Args) -> str:
