@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fleetmind.data.errors import ModelLoadError
 from fleetmind.redact import safe_uri
 
 BOUNDED: dict[str, str] = {
@@ -134,10 +135,14 @@ def download(uri: str, dst: str | Path) -> tuple[Path, str, str | None]:
     A ``models:/name@alias`` is resolved once, and ``models:/name/<version>`` downloaded: the
     version reported is the one served even when the alias moves meanwhile (``download_artifacts``
     would resolve the alias a second time). Call within :func:`bounded_requests`; MLflow's errors
-    pass through (:func:`reason` says them in one line).
+    pass through (:func:`reason` says them in one line). A ``models:/`` or ``runs:/`` URI whose
+    tracking or registry store is a local SQLite file that does not exist raises
+    :class:`~fleetmind.data.errors.ModelLoadError` before MLflow creates that file.
     """
     import mlflow
 
+    if uri.startswith(("models:/", "runs:/")):
+        _check_store(mlflow.get_tracking_uri(), mlflow.get_registry_uri())
     pinned, version = uri, None
     if uri.startswith("models:/"):
         spec = uri[len("models:/") :]
@@ -150,6 +155,26 @@ def download(uri: str, dst: str | Path) -> tuple[Path, str, str | None]:
             version = spec
     local = mlflow.artifacts.download_artifacts(artifact_uri=pinned, dst_path=str(dst))
     return Path(local), pinned, version
+
+
+def _check_store(*uris: str) -> None:
+    """Refuse a local SQLite store among ``uris`` whose file does not exist: MLflow would create
+    it, schema and all (about 1 MB), in the working directory of a caller that merely forgot
+    ``MLFLOW_TRACKING_URI`` (its default is ``sqlite:///mlflow.db``), and then report the model
+    as not registered.
+
+    Raises:
+        ModelLoadError: ``no MLflow registry at <absolute path>; set MLFLOW_TRACKING_URI``.
+    """
+    for uri in uris:
+        if not uri or not uri.startswith("sqlite:///"):
+            continue
+        name = uri.removeprefix("sqlite:///").split("?", 1)[0]
+        if name in ("", ":memory:"):
+            continue
+        db = Path(name).absolute()
+        if not db.exists():
+            raise ModelLoadError(f"no MLflow registry at {db}; set MLFLOW_TRACKING_URI")
 
 
 def reason(err: BaseException) -> str:

@@ -41,6 +41,7 @@ from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
+from fleetmind.rca.crop import crop_incident
 from fleetmind.rca.explain import attention_paths
 from fleetmind.rca.features.columnar import incident_crop
 from fleetmind.rca.features.layout import FEATURE_VERSION
@@ -264,7 +265,10 @@ def _load_folder(
             "with `fleetmind rca train`"
         )
     try:
-        model = GATRanker(cfg)
+        # its random initial weights are overwritten below: drawn from a forked generator, so
+        # loading a model leaves the caller's torch random sequence where it was
+        with torch.random.fork_rng(devices=[]):
+            model = GATRanker(cfg)
     except ValueError as err:
         raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
     try:
@@ -454,8 +458,6 @@ class GATAnalyzer(BaseAnalyzer):
         logits are the model's, after the lone-alert rule (:meth:`_capped`)."""
         import torch
         from torch_geometric.data import Batch, Data
-
-        from fleetmind.rca.lightning_module import crop_incident
 
         hops = self.model.config.crop_hops
         with self._threads(), torch.inference_mode():

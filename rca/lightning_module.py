@@ -8,13 +8,14 @@
 * :class:`GATLightning` wraps :class:`fleetmind.rca.model.GATRanker` with one shared step per stage that logs
   ``{stage}/loss``, ``{stage}/rank_loss``, ``{stage}/fault_loss``, ``{stage}/ac1``, ``{stage}/ac3``,
   ``{stage}/mrr`` and ``{stage}/fault_acc`` per epoch.
+* :func:`crop_incident` and :class:`CroppedIncident` live in :mod:`fleetmind.rca.crop` (NumPy
+  only, so ranking does not import Lightning) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,49 +29,13 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.progress import bar_disable
-from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
+from fleetmind.rca.crop import CroppedIncident as CroppedIncident
+from fleetmind.rca.crop import crop_incident as crop_incident
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
 from fleetmind.rca.gat_analyzer import UNKNOWN_FAULT
 from fleetmind.rca.model import GATConfig, GATRanker, input_width, listwise_loss, root_ranks
 from fleetmind.rca.thinning import thinned_copies
-
-
-@dataclass
-class CroppedIncident:
-    """An incident's features restricted to its candidate subgraph.
-
-    Attributes:
-        features: :class:`fleetmind.rca.features.dense.AlertFeatures` of the whole graph.
-        keep: int64 ``(|V'|,)`` indices of the kept nodes in the whole graph (sorted).
-        x: float32 ``(|V'|, F)``. edge_index: int64 ``(2, |E'|)`` in subgraph indices.
-        edge_type: int64 ``(|E'|,)``.
-    """
-
-    features: AlertFeatures
-    keep: np.ndarray
-    x: np.ndarray
-    edge_index: np.ndarray
-    edge_type: np.ndarray
-
-    @property
-    def alerting(self) -> np.ndarray:
-        """bool ``(|V|,)``, True where at least one alert maps onto the node (whole graph)."""
-        return self.features.alerting
-
-
-def crop_incident(
-    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], crop_hops: int | None
-) -> CroppedIncident:
-    """Features of the whole graph, then the subgraph of :func:`fleetmind.rca.features.dense.candidate_mask`."""
-    f = alert_features(graph, alerts)
-    keep_mask = candidate_mask(graph, f, crop_hops)
-    ei, et = graph.edge_index, graph.edge_type
-    if keep_mask.all():
-        return CroppedIncident(f, np.arange(graph.num_nodes), f.x, ei, et)
-    new_id = np.cumsum(keep_mask) - 1
-    em = keep_mask[ei[0]] & keep_mask[ei[1]]
-    return CroppedIncident(f, np.flatnonzero(keep_mask), f.x[keep_mask], new_id[ei[:, em]], et[em])
 
 
 def incident_to_data(

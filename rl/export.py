@@ -105,7 +105,8 @@ def load_torch(path: str | Path) -> PlacementActor:
             blob = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:
             raise ValueError(f"format is not {EXPORT_FORMAT}")
-        actor = PlacementActor(**blob["config"])
+        with torch.random.fork_rng(devices=[]):  # random init, overwritten: caller's RNG kept
+            actor = PlacementActor(**blob["config"])
         actor.load_state_dict(blob["state_dict"])
     except ModelLoadError:
         raise

@@ -24,6 +24,7 @@ Before any training, ``--out`` (:func:`check_out_dir`: new, empty, or an earlier
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shlex
@@ -60,6 +61,7 @@ from fleetmind.data.petshop import (
 )
 from fleetmind.data.synth_incidents import SynthConfig, SynthIncident, SystemModel
 from fleetmind.progress import bar_disable
+from fleetmind.rca.base import torch_threads
 from fleetmind.rca.fit_model import (
     NUM_FIT_FEATURES,
     fit_artifact_problem,
@@ -249,14 +251,17 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         (``not_in_graph``: :meth:`fleetmind.data.petshop.NodeMatch.to_dict` of the normal period,
         also in the model's ``config.json`` under ``fit``).
     """
-    import torch
-
     t_start = time.perf_counter()
     check_out_dir(args.out)
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be a positive integer, got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # the process gets its own thread count back on return (fit is also a library call)
+    with torch_threads(args.threads) if args.threads else contextlib.nullcontext():
+        return _fit(args, progress, t_start)
+
+
+def _fit(args: FitArgs, progress: bool, t_start: float) -> dict[str, Any]:
+    """:func:`fit` after its checks; ``t_start``: its ``time.perf_counter()`` at the start (s)."""
     graph, normal, roles = _checked_system(args)
     system = SystemModel(graph, normal, DetectorConfig(roles=roles))
     train, val = _synthesise(system, args, progress)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -55,6 +56,7 @@ from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read
 from fleetmind.folders import write_folder_whole
 from fleetmind.progress import show_bar
 from fleetmind.provenance import file_sha256, graphs_sha256
+from fleetmind.rca.base import torch_threads
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import new_run_dir, write_json
@@ -286,8 +288,61 @@ def _gat_module(args: Args, fault_types: Any) -> Any:
     )
 
 
+# process-wide settings a training run changes and :func:`run` gives back on return
+_QUIET_LOGGERS = ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric")
+_RUN_ENV = ("MLFLOW_TRACKING_URI", "PL_GLOBAL_SEED", "PL_SEED_WORKERS", "MLFLOW_DISABLE_TELEMETRY")
+
+
+@contextlib.contextmanager
+def _process_state_kept(threads: int | None) -> Iterator[None]:
+    """Inside the block torch runs on ``threads`` intra-op threads (``None`` or 0: unchanged);
+    on leaving it, also on an exception, the process gets back its torch thread count, warnings
+    filters, the levels of :data:`_QUIET_LOGGERS`, MLflow's tracking URI and the
+    :data:`_RUN_ENV` environment variables (Lightning's ``seed_everything`` sets
+    ``PL_GLOBAL_SEED``/``PL_SEED_WORKERS``, ``mlflow.set_tracking_uri`` sets
+    ``MLFLOW_TRACKING_URI``)."""
+    import warnings
+
+    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    env = {name: os.environ.get(name) for name in _RUN_ENV}
+    uri = _mlflow_uri()
+    threads_kept = torch_threads(threads) if threads else contextlib.nullcontext()
+    try:
+        with threads_kept, warnings.catch_warnings():
+            yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        if "mlflow" in sys.modules and _mlflow_uri() != uri:
+            sys.modules["mlflow"].set_tracking_uri(uri)
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _mlflow_uri() -> str | None:
+    """The tracking URI set by ``mlflow.set_tracking_uri`` in this process (``None``: none set,
+    or MLflow not imported yet)."""
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    return getattr(utils, "_tracking_uri", None)
+
+
 def run(args: Args) -> dict[str, Any]:
-    """Train, evaluate, log and register; returns the JSON summary (run id, metrics, registry info)."""
+    """Train, evaluate, log and register; returns the JSON summary (run id, metrics, registry info).
+
+    Seeds Python's, NumPy's and torch's global random generators with ``args.seed`` (the run is
+    reproducible from its seed) and leaves them as the run left them. Everything else it changes
+    for the process is given back on return or on an exception: the torch thread count
+    (``args.threads``), warnings filters, Lightning's logger levels, MLflow's tracking URI and the
+    ``MLFLOW_TRACKING_URI``/``PL_GLOBAL_SEED``/``PL_SEED_WORKERS`` environment variables."""
+    with _process_state_kept(args.threads if args.threads is None else max(0, args.threads)):
+        return _run(args)
+
+
+def _run(args: Args) -> dict[str, Any]:
+    """:func:`run` inside :func:`_process_state_kept`."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow
 
@@ -747,15 +802,15 @@ def check_args(args: Args) -> None:
 
 
 def _check_and_seed(args: Args) -> None:
-    """Refuse a run without data or epochs, quiet Lightning's chatter, seed every generator."""
-    import logging
+    """Refuse a run without data or epochs, quiet Lightning's chatter, seed every generator (the
+    torch thread count is :func:`run`'s, for the whole run)."""
     import warnings
 
     import pytorch_lightning as pl
     import torch
 
     check_args(args)
-    for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
+    for noisy in _QUIET_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     _check_devices(args)
     if not Path(args.data).is_dir():  # before the tracking store is created, which leaves files
@@ -766,8 +821,6 @@ def _check_and_seed(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     pl.seed_everything(args.seed, workers=True, verbose=False)
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
 
 def _check_devices(args: Args) -> None:
