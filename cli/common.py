@@ -160,14 +160,16 @@ def refuse_input_as_output(
     """Refuse, before any work, an output file ``out`` (given as ``flag``) that is one of the
     command's input files, which writing the result would replace: a ``--json`` that names the
     ``--trace`` it reads, a file of the ``--data`` folder. Nothing for ``out`` ``None`` or not yet
-    there (no input is a file that does not exist).
+    there (no input is a file that does not exist), nor for ``--json -`` (stdout, not the file
+    ``./-``).
 
     Raises:
         ConfigError: one line naming ``flag``, the path and the input option.
     """
+    from fleetmind import argtypes
     from fleetmind.data.errors import ConfigError
 
-    if out is None or not os.path.isfile(out):
+    if out is None or (flag == "--json" and argtypes.is_stdout(out)) or not os.path.isfile(out):
         return
     for in_flag, value, patterns in inputs:
         values = value if isinstance(value, (list, tuple)) else [value]
@@ -181,16 +183,19 @@ def refuse_input_as_output(
 
 def refuse_same_output(outputs: Sequence[tuple[str, str | os.PathLike[str] | None]]) -> None:
     """Refuse two output options (``(flag, path)`` pairs; ``None``: not given) that name one file:
-    the second write would replace the first.
+    the second write would replace the first. ``--json -`` is stdout, no file, so it names none;
+    ``-`` for any other option is refused (:func:`fleetmind.argtypes.refuse_stdout`).
 
     Raises:
-        ConfigError: one line naming both flags and the path.
+        ConfigError: one line naming both flags and the path, or the option given ``-``.
     """
+    from fleetmind import argtypes
     from fleetmind.data.errors import ConfigError
 
     seen: dict[Any, str] = {}
     for flag, path in outputs:
-        if path is None:
+        argtypes.refuse_stdout(path, flag)
+        if path is None or argtypes.is_stdout(path):  # --json -: stdout, not the file ./-
             continue
         # the same path, or (for files already there) the same file under another name: a
         # symbolic link or a hard link

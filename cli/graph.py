@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fleetmind import argtypes
 from fleetmind.cli.common import FolderInput, add_group, refuse_input_as_output
 from fleetmind.errors import NotAvailableError
 from fleetmind.redact import terminal_safe
@@ -102,7 +103,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         description="Print the JSON Schema of the graph JSON, generated from the pydantic model "
         "the CLI, the service and data/graph.py use (docs/graph.schema.json).",
     )
-    s.add_argument("--out", default=None, metavar="PATH", help="write it here instead of stdout")
+    s.add_argument(
+        "--out", default=None, metavar="PATH", help="write it to this file instead of stdout"
+    )
     s.set_defaults(func=_schema)
 
 
@@ -445,6 +448,7 @@ def _replace_whole(
 def _schema(args: argparse.Namespace) -> int:
     from fleetmind.data.graph_schema import graph_json_schema
 
+    argtypes.refuse_stdout(args.out, "--out")  # "-": a one-line error, not a file ./-
     text = json.dumps(graph_json_schema(), indent=2) + "\n"
     if args.out:
         write_whole(args.out, text)

@@ -268,13 +268,13 @@ def refuse_output_in_folder(
     folder ``folder`` (``folder_flag``) the same command writes: writing it would replace a file
     of the model (``--json D/config.json``) or the folder itself. Paths are compared resolved
     (symbolic links, ``..``), and a file already there also by identity (a hard link to one of the
-    folder's files). Nothing when either is ``None``.
+    folder's files). Nothing when either is ``None``, nor for ``--json -`` (stdout).
 
     Raises:
         ConfigError: one line naming both options and the paths.
     """
-    if out is None or folder is None:
-        return
+    if out is None or folder is None or (flag == "--json" and argtypes.is_stdout(out)):
+        return  # --json -: stdout, not the file ./-
     where = os.path.realpath(folder)
     real = os.path.realpath(out)
     inside = os.path.commonpath([where, real]) == where

@@ -14,7 +14,8 @@
   :func:`output_file` and :func:`output_path` are the same check as ``argparse`` types;
   :func:`write_problem` says why a path cannot be written (no permission, or a read-only file
   system), for every such check; ``--json -`` (:data:`STDOUT`, :func:`is_stdout`) is stdout,
-  which the check lets through;
+  which the check lets through, and ``-`` for any other output option a one-line error
+  (:func:`refuse_stdout`);
 * :func:`utf8_text`: an ``argparse`` type for text that names something (a cluster, a node), not a
   file: the bytes of a non-ASCII argument under a locale that cannot decode them (``LC_ALL=C``
   without Python's UTF-8 mode) read as the UTF-8 they are.
@@ -166,16 +167,32 @@ def check_creatable(path: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: cannot write in {anc} ({problem})")
 
 
+def refuse_stdout(path: str | os.PathLike[str] | None, flag: str) -> None:
+    """Refuse ``-`` (:data:`STDOUT`) as the value of the output option ``flag`` when ``flag`` is
+    not ``--json``: only ``--json -`` writes to stdout; any other output would make a file named
+    ``-`` in the working folder and print nothing, where its help promised stdout. Nothing for
+    ``--json``, for another path, or for an empty ``flag`` (an ``argparse`` type, which does not
+    know its option: :func:`output_file`).
+
+    Raises:
+        ConfigError: one line naming ``flag`` and how to name a file ``-`` (``./-``).
+    """
+    if flag and flag != "--json" and is_stdout(path):
+        raise ConfigError(f"{flag} -: only --json writes to stdout; give ./- for a file named -")
+
+
 def check_writable_file(path: str | Path | None, flag: str) -> None:
     """Check, before any work, that the file ``path`` can be written: not a folder, writable if
     it exists, else :func:`check_creatable`; nothing for ``None``, nor for ``--json -`` (stdout:
-    :func:`fleetmind.training.io.write_json` writes it there).
+    :func:`fleetmind.training.io.write_json` writes it there). ``-`` for any other ``flag`` is
+    refused (:func:`refuse_stdout`).
 
     Raises:
         ConfigError: naming ``flag``, the path and what blocks it.
     """
     if path is None or (flag == "--json" and is_stdout(path)):  # stdout: nothing to check
         return
+    refuse_stdout(path, flag)
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: a folder is there; {flag} names a file")

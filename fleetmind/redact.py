@@ -299,15 +299,25 @@ reorder or hide what a terminal shows, so outside text shows them escaped."""
 
 def _shown(char: str) -> str:
     """``char`` as printed: itself when printable, else its escape as ``repr`` writes it
-    (``\\x1b``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``) without quotes. A lone surrogate
-    ``U+DC80``-``U+DCFF``, the byte ``0xXX`` a file name or argument held that the locale could not
-    decode (``surrogateescape``, ``LC_ALL=C`` without UTF-8 mode), shows as that byte, ``\\xXX``
-    (``d\\xc3\\xa9`` for the folder ``dé``), not as ``\\udcXX``."""
+    (``\\x1b``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``, ``\\udcff``) without quotes."""
     if char.isprintable() and char not in _INVISIBLE:
         return char
-    if 0xDC80 <= ord(char) <= 0xDCFF:
-        return f"\\x{ord(char) - 0xDC00:02x}"
     return repr(char)[1:-1]
+
+
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+"""A run of the lone surrogates ``U+DC80``-``U+DCFF`` that ``surrogateescape`` decodes the bytes
+``0x80``-``0xFF`` to when the locale cannot decode them (``LC_ALL=C`` without UTF-8 mode)."""
+
+
+def _utf8_reread(text: str) -> str:
+    """``text`` with each run of :data:`_ESCAPED_BYTES` read again as the UTF-8 its bytes are
+    (``d\\udcc3\\udca9`` -> ``dé``: a path given under a C locale), so that a path prints as a
+    name holding the same characters does; the bytes that are not UTF-8 stay surrogates."""
+    return _ESCAPED_BYTES.sub(
+        lambda m: bytes(ord(c) - 0xDC00 for c in m.group()).decode("utf-8", "surrogateescape"),
+        text,
+    )
 
 
 def terminal_safe(text: str) -> str:
@@ -319,7 +329,15 @@ def terminal_safe(text: str) -> str:
 
         >>> terminal_safe("gpu-0\\x1b]52;c;eA==\\x07\\r\\nok  forged ünïcode 节点")
         'gpu-0\\\\x1b]52;c;eA==\\\\x07\\\\r\\\\nok  forged ünïcode 节点'
+
+    A file name or argument that the locale could not decode (``surrogateescape``: ``LC_ALL=C``
+    without UTF-8 mode) is first read again as UTF-8 where its bytes are UTF-8
+    (:func:`_utf8_reread`): the folder ``dé`` prints as ``dé``, as the cluster name ``dé`` does (on
+    an ASCII stdout :func:`fleetmind.cli.runner.run_main` writes both ``d\\xe9``). A byte that is
+    not UTF-8 shows as ``repr`` writes it, ``\\udcXX`` (``a\\udcff``): never ``\\xXX``, which
+    is how that stdout writes the character ``U+00XX``, so the two cannot be confused.
     """
+    text = _utf8_reread(text)
     if text.isprintable() and _INVISIBLE.isdisjoint(text):
         return text
     return "".join(_kept(text, i) for i in range(len(text)))

@@ -6,8 +6,10 @@ each byte of ``prod-é火`` came as a lone surrogate, so ``graph build --cluster
 with "name: Input should be a valid string, unable to parse raw data as a unicode string"
 (status 2), and a path printed as ``d\\udcc3\\udca9``. Now the options that name things
 (``--cluster``, ``--name``, ``--node``, ``--context``) are read as UTF-8, bytes that are not UTF-8
-are one usage line, paths keep opening by their bytes, and a byte that no encoding decoded prints
-as ``\\xXX``.
+are one usage line, paths keep opening by their bytes and print as the UTF-8 they hold, so that
+``dé`` shows one way in a line that names both a cluster and a folder ``dé`` (``d\\xe9`` on the
+ASCII stdout of that locale); a byte of a path that is not UTF-8 prints as ``\\udcXX``, which that
+stdout never writes for a character (``\\xff`` is ``ÿ`` there).
 
 The graph build reads the recorded Kubernetes list responses of ``tests/data/k8s``
 (``kubectl get nodes,pods,services,endpointslices -o json``, see its README.md).
@@ -72,14 +74,24 @@ def test_argument_bytes_that_are_not_utf8_are_one_usage_line(tmp_path: Path) -> 
     assert not (tmp_path / "g.json").exists()
 
 
-def test_a_non_ascii_path_still_opens_and_prints_as_its_bytes(tmp_path: Path) -> None:
+def test_a_non_ascii_path_opens_and_prints_as_the_name_does(tmp_path: Path) -> None:
     _recorded(tmp_path / "dé" / "rec")
-    proc = _graph_build(
-        [b"--from-dir", "dé/rec".encode(), b"--out", "dé/g.json".encode()], tmp_path
-    )
+    args = [b"--from-dir", "dé/rec".encode(), b"--cluster", "dé".encode()]
+    proc = _graph_build([*args, b"--out", "dé/g.json".encode()], tmp_path)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert (tmp_path / "dé" / "g.json").is_file()
-    assert proc.stdout.rstrip().endswith(b"-> d\\xc3\\xa9/g.json")  # was d\udcc3\udca9/g.json
+    # the cluster dé and the folder dé alike (the path was d\xc3\xa9, first d\udcc3\udca9)
+    line = proc.stdout.rstrip()
+    assert line.startswith(b"graph k8s-d\\xe9: ") and line.endswith(b"-> d\\xe9/g.json")
+
+
+def test_a_path_byte_that_is_not_utf8_prints_unlike_a_character(tmp_path: Path) -> None:
+    _recorded(tmp_path / "rec")
+    (tmp_path / os.fsdecode(b"d\xff")).mkdir()
+    proc = _graph_build([b"--from-dir", b"rec", b"--out", b"d\xff/g.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert (tmp_path / os.fsdecode(b"d\xff") / "g.json").is_file()
+    assert proc.stdout.rstrip().endswith(b"-> d\\udcff/g.json")  # \xff would be the character
 
 
 def test_utf8_text() -> None:
@@ -91,6 +103,14 @@ def test_utf8_text() -> None:
         argtypes.utf8_text("a\udcff")
 
 
-def test_terminal_safe_shows_an_undecoded_byte_as_that_byte() -> None:
-    assert terminal_safe("d\udcc3\udca9/g.json") == "d\\xc3\\xa9/g.json"
-    assert terminal_safe("gpu\udc9b2J") == "gpu\\x9b2J"  # a C1 CSI byte stays escaped
+def test_terminal_safe_reads_undecoded_utf8_bytes_as_utf8() -> None:
+    assert terminal_safe("d\udcc3\udca9/g.json") == "dé/g.json"  # the bytes of dé
+    assert terminal_safe("a\udcffé\udcc3") == "a\\udcffé\\udcc3"  # not UTF-8: \udcXX
+    assert terminal_safe("gpu\udc9b2J") == "gpu\\udc9b2J"  # a lone C1 CSI byte stays escaped
+    assert terminal_safe("gpu\udcc2\udc9b2J") == "gpu\\x9b2J"  # U+009B (CSI) as UTF-8: escaped
+    # an ASCII stdout under run_main (fleetmind/cli/runner.py) writes the character ÿ as \xff,
+    # the byte 0xff of a path as \udcff: the two differ
+    import fleetmind.cli.runner  # noqa: F401  (registers the fleetmind.surrogateescape handler)
+
+    assert "ÿ".encode("ascii", "fleetmind.surrogateescape") == b"\\xff"
+    assert terminal_safe("\udcff").encode("ascii", "fleetmind.surrogateescape") == b"\\udcff"

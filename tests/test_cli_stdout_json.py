@@ -3,7 +3,10 @@
 It created a file named ``-`` in the working folder and printed the table on stdout
 (``fleet show``, ``sched evaluate``, the ``rca`` commands: every command with a ``--json`` file).
 Now the command runs with its tables and notes on stderr and the JSON, flushed, on stdout; a
-reader of stdout that went away still ends the command quietly with status 141.
+reader of stdout that went away still ends the command quietly with status 141. ``--json -`` is
+no file for the collision checks (it was "also --out", "in the model folder" as ``$PWD/-``), and
+``-`` for any other output option (``graph schema --out -``, which wrote ``./-`` and printed
+nothing) is one error line: ``./-`` names that file.
 """
 
 from __future__ import annotations
@@ -108,4 +111,57 @@ def test_json_dash_needs_no_writable_working_folder(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(argtypes, "write_problem", lambda *a, **k: "permission denied")
     argtypes.check_writable_file("-", "--json")  # stdout: nothing to check
     with pytest.raises(argtypes.ConfigError, match="permission denied"):
-        argtypes.check_writable_file("-", "--out")  # a file named - for other outputs
+        argtypes.check_writable_file("./-", "--out")  # the file named -, checked as a file
+
+
+def test_dash_for_another_output_is_one_error_line() -> None:
+    # only --json writes to stdout: "--out -" would be a file ./- and print nothing
+    with pytest.raises(argtypes.ConfigError, match=r"^--out -: only --json writes to stdout; "):
+        argtypes.check_writable_file("-", "--out")
+    argtypes.refuse_stdout("-", "")  # an argparse type does not know its option: unchanged
+
+
+DASH_OUT = {
+    "graph schema": ["graph", "schema", "--out", "-"],
+    "fleet discover": ["fleet", "discover", "--out", "-", "--json", "-"],
+    "sched search-teacher": ["sched", "search-teacher", "--trace", "default", "--out", "-"],
+}
+
+
+@pytest.mark.parametrize("argv", DASH_OUT.values(), ids=DASH_OUT.keys())
+def test_out_dash_is_refused_not_a_silent_file(tmp_path: Path, argv: list[str]) -> None:
+    proc = _fleetmind(argv, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "fleetmind: error: --out -: only --json writes to stdout; give ./- for a file named -"
+    )
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_graph_schema_out_dot_slash_dash_is_the_file(tmp_path: Path) -> None:
+    proc = _fleetmind(["graph", "schema", "--out", "./-"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "-").read_text())["title"]
+
+
+def test_json_dash_is_no_file_to_collide_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--json -`` is stdout: the checks that refuse an output file colliding with another
+    output, an input or the model folder resolved it to ``$PWD/-`` and refused it."""
+    from fleetmind.cli.common import refuse_input_as_output, refuse_same_output
+    from fleetmind.cli.rca import refuse_output_in_folder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("{}")  # a file named - in the working folder, as an input
+    refuse_output_in_folder("-", "--json", ".", "--out")  # rca fit --out . --json -
+    refuse_same_output([("--out", "./-"), ("--json", "-")])
+    refuse_input_as_output("-", "--json", [("--trace", "./-", ())])
+    # the same checks still refuse a real collision
+    with pytest.raises(argtypes.ConfigError, match="is also --out"):
+        refuse_same_output([("--out", "./-"), ("--json", "./-")])
+    with pytest.raises(argtypes.ConfigError, match=r"an input of this command \(--trace\)"):
+        refuse_input_as_output("./-", "--json", [("--trace", "-", ())])
+    with pytest.raises(argtypes.ConfigError, match="in the model folder"):
+        refuse_output_in_folder("./-", "--json", ".", "--out")
