@@ -13,7 +13,7 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
 | ``graph`` | the dependency graph the service serves (``FLEETMIND_GRAPH`` of the doctor's environment): unset or the embedded example (whose clusters are no fleet's: every alert maps to nothing), a file that does not load, clusters of the series that the graph does not hold, series without a ``cluster`` label while the graph holds several clusters |
-| ``nodes`` | GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas); GPUs the device plugin took out of allocatable ``nvidia.com/gpu`` though dcgm-exporter reports them; nodes cordoned or not Ready (``kube_node_spec_unschedulable``, ``kube_node_status_condition``), which placements leave out |
+| ``nodes`` | GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas); GPUs the device plugin took out of allocatable ``nvidia.com/gpu`` though dcgm-exporter reports them; nodes whose exporter reports ``DCGM_FI_DEV_FB_USED`` but not ``DCGM_FI_DEV_FB_FREE`` (a custom counters CSV); nodes cordoned or not Ready (``kube_node_spec_unschedulable``, ``kube_node_status_condition``), which placements leave out |
 
 A partial answer (Thanos with a store down, ``warnings`` in the answer) is refused as the service
 refuses it: the doctor stops with that message.
@@ -245,8 +245,36 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
             )
         if "kube_node_status_allocatable" in present:
             out += _unmatched(snap)
-        out += _missing_gpus(snap) + _unschedulable(snap)
+        out += _missing_gpus(snap) + _unschedulable(snap) + _unknown_memory(snap)
     return out
+
+
+def _unknown_memory(snap: Any) -> list[Finding]:
+    """A warning naming the nodes whose GPUs report framebuffer used (``DCGM_FI_DEV_FB_USED``) but
+    no size (neither ``DCGM_FI_DEV_FB_FREE`` nor ``DCGM_FI_DEV_FB_TOTAL``): a dcgm-exporter ``-f``
+    counters CSV without FB_FREE, which the fleet-wide ``metrics`` check misses where other nodes
+    export it. Their GPUs count free by utilisation and pods alone."""
+    nodes = sorted(
+        {
+            f"{n.cluster}/{n.name}"
+            for n in snap.nodes
+            for g in n.gpus
+            if g.mem_used_mib is not None and g.mem_total_mib is None
+        }
+    )
+    if not nodes:
+        return []
+    return [
+        Finding(
+            "warn",
+            "nodes",
+            f"{len(nodes)} node(s) export DCGM_FI_DEV_FB_USED but not DCGM_FI_DEV_FB_FREE: "
+            f"{', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''}; their GPU memory is "
+            "unknown, and a GPU no pod holds counts free when idle by utilisation alone. Add "
+            "DCGM_FI_DEV_FB_FREE to that dcgm-exporter's counters CSV (-f; the default "
+            "etc/default-counters.csv has it)",
+        )
+    ]
 
 
 GRAPH_CLUSTERS = (
@@ -502,8 +530,12 @@ def _unmatched(snap: Any) -> list[Finding]:
                 "nodes",
                 f"{len(orphans)} GPU node(s) have no allocatable CPU or memory from "
                 f"kube-state-metrics under the same cluster and name: {', '.join(orphans[:5])} "
-                "(a 'cluster' label on the DCGM jobs only, or an exporter pod name that "
-                "kube_pod_info does not place on a node); the extender can place nothing there",
+                "(a 'cluster' label on the DCGM jobs only, an exporter pod name that "
+                "kube_pod_info does not place on a node, or a Hostname that is the OS host name "
+                "of an exporter on hostNetwork while the kubelet's --hostname-override names the "
+                "node otherwise, e.g. EKS's ip-10-0-1-5 on node ip-10-0-1-5.ec2.internal, and "
+                "kube_pod_info does not place the exporter pod); the extender can place nothing "
+                "there",
             )
         )
     clusters: dict[str, set[str]] = {}
@@ -602,7 +634,9 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
         if label == KSM_NAMED:
             why = (
                 "GPU nodes named by their exporter pod's node from kube_pod_info ('Hostname' "
-                f"is no node: an exporter pod's name, or one that several targets share; {n} series)"
+                "is no node: an exporter pod's name, one that several targets share, or the OS "
+                "host name of an exporter on hostNetwork where the kubelet's --hostname-override "
+                f"names the node otherwise; {n} series)"
             )
             out.append(Finding("ok", "layout", why))
         elif label != "instance":

@@ -18,6 +18,7 @@ DCGM series (dcgm-exporter's default counters; units as exported):
 | ``DCGM_FI_DEV_GPU_UTIL`` | % | ``util_pct`` |
 | ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` | ratio | ``util_pct`` (x100) where GPU_UTIL is absent (MIG) |
 | ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` | MiB | ``mem_used_mib``, ``mem_total_mib`` |
+| ``DCGM_FI_DEV_FB_TOTAL`` | MiB | ``mem_total_mib`` where ``DCGM_FI_DEV_FB_FREE`` is absent (optional) |
 | ``DCGM_FI_DEV_XID_ERRORS`` | last XID (never reset) | ``xid_errors``; a hardware XID marks the GPU unhealthy |
 | ``DCGM_EXP_XID_ERRORS_COUNT{xid}`` | XIDs in the exporter's window | when exported for the node: a hardware ``xid`` counted in the window marks the GPU unhealthy (instead of the last XID) |
 | ``modelName`` / ``UUID`` labels | - | ``model``, ``uuid`` |
@@ -128,7 +129,10 @@ pod, or one per distinct ``(pod, vgpu)`` where series carry ``vgpu`` (see Virtua
 framebuffer used (driver-reserved memory,
 :data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`) and, where read, utilisation under
 5 % (:data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`); otherwise the free framebuffer
-fraction.
+fraction. A GPU whose exporter's counters CSV has ``DCGM_FI_DEV_FB_USED`` but neither
+``DCGM_FI_DEV_FB_FREE`` nor ``DCGM_FI_DEV_FB_TOTAL`` has no known framebuffer size
+(``mem_total_mib`` ``None``): its pods come from ``DCGM_FI_DEV_FB_USED``'s labels, and with none it
+is 1000 free when its utilisation is under 5 %, else 0 (a warning is logged once per such node).
 
 Finished pods. The kubelet's podresources ``List()`` keeps reporting the devices of pods in a
 terminal phase (kubernetes/kubernetes#119423), so dcgm-exporter keeps naming a ``Succeeded`` or
@@ -298,6 +302,7 @@ from fleetmind.http_client import client as proxied_client
 from fleetmind.http_client import proxied_answer_note, proxy_note
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
+    IDLE_UTIL_PCT,
     MIG_CHANGE,
     FleetSnapshot,
     GpuState,
@@ -314,6 +319,7 @@ _FIELDS = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
     "DCGM_FI_DEV_FB_USED": "used",
     "DCGM_FI_DEV_FB_FREE": "free",
+    "DCGM_FI_DEV_FB_TOTAL": "total",
     "DCGM_FI_DEV_XID_ERRORS": "xid",
     "DCGM_EXP_XID_ERRORS_COUNT": "xid_count",
 }
@@ -597,7 +603,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         )
 
     dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_TOTAL")  # fmt: skip
     # CPU, memory and the other vendors' accelerators (NodeState.other_devices), these by the
     # larger of allocatable and capacity (tagged apart): unhealthy devices leave allocatable only
     allocatable = f'resource=~"cpu|memory|{OTHER_DEVICE_PATTERN}"'
@@ -609,8 +615,11 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     unstarted, running = 'phase=~"Pending|Unknown"', 'phase="Running"'
     return {
         "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) ({any_of(dcgm)})",
-        "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, "
-        f"{_POD_LABELS}, {VGPU_LABEL}) ({sel('DCGM_FI_DEV_FB_FREE')})",
+        # the pod, MIG profile and vgpu labels: from FB_FREE, else (a counters CSV without it)
+        # from FB_USED of the GPUs with no FB_FREE, named apart (one series per GPU either way)
+        "DCGM_FI_DEV_FB_FREE": f"max by (__name__, {_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, "
+        f"{_POD_LABELS}, {VGPU_LABEL}) ({sel('DCGM_FI_DEV_FB_FREE')} "
+        f"or on ({_GPU_KEY}) {sel('DCGM_FI_DEV_FB_USED')})",
         "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) "
         f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
         "kube_node_status_allocatable": "max by (cluster, node, resource) "
@@ -1032,7 +1041,7 @@ class PrometheusApiSource(TelemetrySource):
         now = round(time.time(), 3)
         at = round(now + offset, 3)
         futures = {
-            n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n, at)
+            n: self._pool.submit(self.query, self.queries[n], _sample_name(n), at)
             for n in _DCGM_SAMPLES
         }
         ksm = self._pool.submit(self.query, self.ksm_query, None, at).result()
@@ -1044,6 +1053,12 @@ class PrometheusApiSource(TelemetrySource):
         super().close()
         self._pool.shutdown(wait=False)
         self._client.close()
+
+
+def _sample_name(query: str) -> str | None:
+    """The name the samples of the DCGM entry ``query`` of :func:`fleet_queries` get: their own
+    (``None``: ``__name__``) where the entry reads several fields, else the entry's name."""
+    return None if query in ("DCGM", "DCGM_FI_DEV_FB_FREE") else query
 
 
 ANNOTATION_PREFIXES = ("PromQL info:", "PromQL warning:")
@@ -1852,17 +1867,22 @@ def _exporter_pods(view: _KsmView, dcgm: list[Sample]) -> set[str]:
 
 
 def _target_nodes(
-    dcgm: list[Sample], view: _KsmView, own_pods: set[str], default_cluster: str
-) -> dict[tuple[str, str], str]:
-    """``(cluster, instance) -> node`` of each scrape target whose pods kube-state-metrics places:
-    the exporter's own pod (its target's ``pod``) first, else a workload pod it names (a pod holding
-    a GPU runs on that GPU's node)."""
-    found: dict[tuple[str, str], tuple[int, str]] = {}
+    dcgm: list[Sample],
+    view: _KsmView,
+    own_pods: set[str],
+    default_cluster: str,
+    by_host: bool = False,
+) -> dict[tuple[str, ...], str]:
+    """``(cluster, instance) -> node`` (``by_host``: ``(cluster, instance, Hostname)``, see
+    :func:`_host_of`) of each scrape target whose pods kube-state-metrics places: the exporter's own pod (its target's ``pod``)
+    first, else a workload pod it names (a pod holding a GPU runs on that GPU's node)."""
+    found: dict[tuple[str, ...], tuple[int, str]] = {}
     for _, lab, _ in dcgm:
         inst = lab.get("instance")
         if not inst:
             continue
         cluster = lab.get("cluster") or default_cluster
+        target = (cluster, inst, _host_of(lab)) if by_host else (cluster, inst)
         pod, exported = lab.get("pod", ""), lab.get("exported_pod", "")
         own = 0 if pod in own_pods or EXPORTER_POD.match(pod) else 1
         for rank, key in (
@@ -1871,10 +1891,16 @@ def _target_nodes(
         ):
             where = view.pod_node.get(key) if key[1] else None
             if where is not None and where[0] == cluster:
-                if rank < found.get((cluster, inst), (3, ""))[0]:
-                    found[(cluster, inst)] = (rank, where[1])
+                if rank < found.get(target, (3, ""))[0]:
+                    found[target] = (rank, where[1])
                 break
     return {key: node for key, (_, node) in found.items()}
+
+
+def _host_of(lab: dict[str, str]) -> str:
+    """A DCGM series' ``Hostname`` (or ``hostname``; ``""``: none): with ``instance``, which
+    exporter of a scrape address it came from (the DCGM entries keep no ``job``)."""
+    return lab.get("Hostname") or lab.get("hostname") or ""
 
 
 def _series_nodes(
@@ -1886,14 +1912,25 @@ def _series_nodes(
     targets that kube-state-metrics places on different nodes: dcgm-exporter reading a remote host
     engine names every node after the engine's address) is not used: each target's series go to
     its node (:func:`_target_nodes`), else to the target's address, so two GPUs never merge.
+
+    A name that kube-state-metrics' nodes (``kube_node_status_allocatable``/``_capacity``) do
+    not hold, from a target it places on one of them, is that node: with the dcgm-exporter chart's
+    ``hostNetwork: true`` ``Hostname`` is the OS host name, which differs from the Kubernetes
+    node name where the kubelet runs with ``--hostname-override`` (EKS: ``ip-10-0-1-5`` on node
+    ``ip-10-0-1-5.ec2.internal``). Without kube-state-metrics' nodes the name is kept.
     """
     named = []
     uuids: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     machines: dict[tuple[str, str], set[str]] = defaultdict(set)
     targets = _target_nodes(dcgm, view, own_pods, default_cluster)
+    known = set(view.alloc) | set(view.gpu_count)
+    placed = _target_nodes(dcgm, view, own_pods, default_cluster, by_host=True) if known else {}
     for _, lab, _ in dcgm:
         cluster = lab.get("cluster") or default_cluster
         host = _node_name(lab, view.pod_by_name, cluster)
+        if (cluster, host) not in known:  # hostNetwork: the OS host name (see above)
+            own = placed.get((cluster, lab.get("instance", ""), _host_of(lab)))
+            host = own if own is not None and (cluster, own) in known else host
         named.append((cluster, host))
         if lab.get("UUID"):
             uuids[(cluster, host, lab.get("gpu", ""))].add(lab["UUID"])
@@ -1950,6 +1987,8 @@ def _read_dcgm(
             continue
         if is_reading(field_name, v):
             g[field_name] = v
+        elif field_name == "free":
+            g["free_blank"] = True  # exported with no reading: memory unknown, nothing free
         if idx != phys:
             g["parent"] = phys
             g.setdefault("profile", gi)
@@ -2022,6 +2061,33 @@ def share_milli(text: str) -> int | None:
     return milli if 1 <= milli <= 1000 else None
 
 
+_WARNED_MEMORY: set[tuple[str, str]] = set()
+"""``(cluster, node)`` pairs :func:`_warn_unknown_memory` has logged (once each per process)."""
+
+
+def _warn_unknown_memory(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """Log a warning, once per node, for a node whose GPUs export ``DCGM_FI_DEV_FB_USED`` but
+    neither ``DCGM_FI_DEV_FB_FREE`` nor ``DCGM_FI_DEV_FB_TOTAL`` (a dcgm-exporter ``-f`` counters
+    CSV without them; the upstream ``etc/default-counters.csv`` has FB_FREE): their framebuffer
+    size is unknown (``mem_total_mib`` ``None``), and such a GPU no pod holds counts free when its
+    utilisation is under :data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`."""
+    for (cluster, host, _), g in gpus.items():
+        if "used" not in g or {"free", "free_blank", "total"} & g.keys():
+            continue
+        if (cluster, host) in _WARNED_MEMORY:
+            continue
+        _WARNED_MEMORY.add((cluster, host))
+        log.warning(
+            "node %s/%s: its DCGM exporter exports DCGM_FI_DEV_FB_USED but not "
+            "DCGM_FI_DEV_FB_FREE (nor DCGM_FI_DEV_FB_TOTAL): GPU memory is unknown there, and a "
+            "GPU no pod holds counts free when its utilisation is under %g %%; add "
+            "DCGM_FI_DEV_FB_FREE to the exporter's counters CSV",
+            cluster,
+            host,
+            IDLE_UTIL_PCT,
+        )
+
+
 def _gpu_state(
     g: dict[str, Any], idx: int, healthy: bool, share: int | None, replicas: int = 1
 ) -> GpuState:
@@ -2030,7 +2096,7 @@ def _gpu_state(
     ``(namespace/pod, vgpu)`` pairs, one per replica held (``vgpu`` is ``""`` outside
     ``--kubernetes-virtual-gpus``: one per pod)."""
     used, free = g.get("used"), g.get("free")
-    total = used + free if used is not None and free is not None else None
+    total = used + free if used is not None and free is not None else g.get("total")
     if total is not None and not math.isfinite(total):
         total = None  # two finite readings that sum past the float range: no reading
     util = g.get("util")
@@ -2048,6 +2114,10 @@ def _gpu_state(
         # upper bound, and kube-scheduler still refuses a node whose allocatable nvidia.com/gpu
         # replicas are all requested.
         free_milli = max(0, replicas - len(g["pods"])) * 1000 // replicas
+    elif total is None and used is not None and util is not None and "free_blank" not in g:
+        # a counters CSV without FB_FREE (nor FB_TOTAL): the framebuffer's size is not known, so
+        # a GPU no pod holds is free when idle by utilisation alone (see _warn_unknown_memory)
+        free_milli = 1000 if util < IDLE_UTIL_PCT else 0
     else:
         free_milli = free_milli_from_memory(used, total, util)
     model = str(g.get("model", "unknown"))
@@ -2091,6 +2161,7 @@ def build_nodes(
             if idx:
                 gpu_pods[where].add(f"{lab.get('namespace', '')}/{lab.get('pod', '')}")
     gpus, windowed = _read_dcgm(dcgm, view, own_pods, default_cluster)
+    _warn_unknown_memory(gpus)
     for (c, h, _), g in gpus.items():
         gpu_pods[(c, h)].update(pod for pod, _ in g.get("pods", ()))
     taken = {key for key, g in gpus.items() if g.get("pods")} | set(held)
