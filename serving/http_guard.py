@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -122,18 +123,27 @@ target was read, plain text."""
 
 
 def _plain_answer(
-    transport: asyncio.Transport, status: bytes, text: bytes, target: bytes = b""
+    transport: asyncio.Transport,
+    status: bytes,
+    text: bytes,
+    target: bytes = b"",
+    extra: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
     """Write ``status`` with ``text`` and close: as JSON ``{"detail": text}`` when ``target`` (the
-    request target, as far as it was read) is under :data:`JSON_PREFIX`, else as plain text."""
+    request target, as far as it was read) is under :data:`JSON_PREFIX`, else as plain text.
+    ``extra``: header (name, value) pairs written first, such as uvicorn's ``date`` and
+    ``server`` (``ServerState.default_headers``: every answer from a server with a clock carries
+    ``Date``, RFC 9110 section 6.6.1)."""
     if target.startswith(JSON_PREFIX):
         text = json.dumps({"detail": text.decode("utf-8", "replace")}).encode()
         ctype = b"application/json"
     else:
         ctype = b"text/plain; charset=utf-8"
+    head = b"".join(b"\r\n" + name + b": " + value for name, value in extra)
     transport.write(
         b"HTTP/1.1 "
         + status
+        + head
         + b"\r\ncontent-type: "
         + ctype
         + b"\r\ncontent-length: "
@@ -207,8 +217,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self._refused:
             target = getattr(self, "url", b"")  # uvicorn sets it in on_message_begin
             _plain_answer(
-                self.transport, b"400 Bad Request", msg.encode("ascii", "replace"), target
+                self.transport,
+                b"400 Bad Request",
+                msg.encode("ascii", "replace"),
+                target,
+                self._default_headers(),
             )
+
+    def _default_headers(self) -> list[tuple[bytes, bytes]]:
+        """uvicorn's headers for every answer (``date``, ``server``, as configured), which
+        :func:`_plain_answer` writes too; none when the server state has none."""
+        state = getattr(self, "server_state", None)
+        return list(getattr(state, "default_headers", ()) or ())
 
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
@@ -317,6 +337,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             b"431 Request Header Fields Too Large",
             b"request headers larger than %d bytes" % self._limits.max_header_bytes,
             self.url,
+            self._default_headers(),
         )
 
     def _log_access(self, status: int, scope: dict[str, Any] | None) -> None:
@@ -416,7 +437,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 state[CUT_STATUS_KEY] = 408
             self._log_access(408, cycle.scope)  # type: ignore[arg-type]
             path = cycle.scope.get("path", "")
-            _plain_answer(self.transport, b"408 Request Timeout", text, path.encode("utf-8"))
+            _plain_answer(
+                self.transport,
+                b"408 Request Timeout",
+                text,
+                path.encode("utf-8"),
+                self._default_headers(),
+            )
         else:
             self.transport.close()
 
