@@ -40,15 +40,13 @@ def run(args: argparse.Namespace) -> int:
     check_http_url(args.prometheus, "--prometheus")
     if is_exporter_url(args.prometheus):
         raise ConfigError("--prometheus is a Prometheus server, not an exporter's /metrics URL")
-    from fleetmind.serving.settings import MAX_DURATION_S
+    from fleetmind.serving.settings import MAX_DURATION_S, env_value
 
     if not 0 < args.timeout <= MAX_DURATION_S:
         raise ConfigError(
             f"--timeout must be a number of seconds > 0 and at most {MAX_DURATION_S:.0f} "
             f"(a year, the service's longest duration), got {args.timeout:g}"
         )
-    import os
-
     from fleetmind.cli.common import refuse_input_as_output
 
     argtypes.check_writable_file(args.json, "--json")  # before probing for up to --timeout
@@ -56,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
         args.json,
         "--json",
         [
-            (f"FLEETMIND_{name}", os.environ.get(f"FLEETMIND_{name}") or None, ())
+            (f"FLEETMIND_{name}", env_value(f"FLEETMIND_{name}") or None, ())
             for name in ("GRAPH", "PROMETHEUS_CA_FILE", "PROMETHEUS_BEARER_TOKEN_FILE")
         ],
     )
-    cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"
+    cluster = args.cluster or env_value("FLEETMIND_TELEMETRY_CLUSTER") or "local"
     findings = diagnose(args.prometheus, timeout_s=args.timeout, cluster=cluster)
     unwritten: OSError | None = None
     if args.json is not None:  # the file before the screen: a reader that stops early keeps it

@@ -170,13 +170,18 @@ def _notifies(settings: Any) -> bool:
 
 
 def _from_env(name: str) -> bool:
-    """Whether the variable ``name`` is set (the settings read names case-insensitively)."""
-    return any(key.upper() == name for key in os.environ)
+    """Whether the variable ``name`` is set (the settings read names case-insensitively:
+    :func:`fleetmind.serving.settings.env_value`)."""
+    from fleetmind.serving.settings import env_value
+
+    return env_value(name) is not None
 
 
 def _own_tls() -> bool:
     """Whether ``FLEETMIND_TLS_CERT`` is set to a file (the service then serves HTTPS itself)."""
-    return any(key.upper() == "FLEETMIND_TLS_CERT" and value for key, value in os.environ.items())
+    from fleetmind.serving.settings import env_value
+
+    return bool(env_value("FLEETMIND_TLS_CERT"))
 
 
 SECRET_SUFFIXES = ("_TOKEN", "_SECRET", "_PASSWORD")
@@ -209,13 +214,16 @@ def _settings_error(err: Any) -> str:
     """
     import re
 
+    from fleetmind.serving.settings import env_value
+
     def source(match: re.Match[str]) -> str:
         return f"{match[0]} ({'from the environment' if _from_env(match[1]) else 'default'})"
 
     parts = []
     for e in err.errors(include_url=False):
         name = "FLEETMIND_" + "_".join(str(p) for p in e.get("loc", ())).upper()
-        value = os.environ.get(name, e.get("input"))
+        value = env_value(name)
+        value = e.get("input") if value is None else value
         msg = re.sub(r"\b(FLEETMIND_[A-Z0-9_]+)=[^\s,;]+", source, str(e.get("msg", "invalid")))
         msg = safe_uri(msg)
         shown = shown_setting(name, value)
@@ -399,15 +407,22 @@ def _checked_settings(args: argparse.Namespace) -> Any:
 
     from fleetmind.serving.app import load_graph
     from fleetmind.serving.db import Database, DatabaseReadOnly
-    from fleetmind.serving.settings import Settings, ca_bundle_problem
+    from fleetmind.serving.settings import (
+        Settings,
+        ca_bundle_problem,
+        env_value,
+        unknown_variable_warnings,
+    )
 
+    for line in unknown_variable_warnings():  # a misspelled name is ignored, e.g. a token's
+        print(f"fleetmind: warning: {line}", file=sys.stderr)
     try:
         settings = Settings()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
     if (
-        os.environ.get("FLEETMIND_PROMETHEUS_URL")
-        and not os.environ.get("FLEETMIND_TELEMETRY")
+        env_value("FLEETMIND_PROMETHEUS_URL")
+        and not env_value("FLEETMIND_TELEMETRY")
         and settings.telemetry == "sim"
     ):  # the URL alone left the service on the simulated fleet, with placements that look real
         raise ConfigError(
@@ -496,6 +511,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetmind.serving.metrics import prepare_multiprocess_dir
     from fleetmind.serving.settings import (
         default_public_url,
+        env_value,
         get_settings,
         is_wildcard_host,
         public_url_problem,
@@ -505,7 +521,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
     args.host = bind_host(args.host)  # "[::1]": checks and uvicorn see one address
     if args.workers is None:
-        raw = os.environ.get("FLEETMIND_WORKERS", "1")
+        raw = env_value("FLEETMIND_WORKERS")
+        raw = "1" if raw is None else raw
         try:
             args.workers = int(raw)
         except ValueError:

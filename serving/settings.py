@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
@@ -195,6 +196,50 @@ def parse_prometheus_headers(
             "one"
         )
     return out
+
+
+def alert_names(value: str) -> frozenset[str]:
+    """The alertnames of a list setting such as ``FLEETMIND_UNGROUPED_ALERTS``: comma-separated (``Watchdog,InfoInhibitor``) or a JSON array of strings
+    (``["Watchdog","InfoInhibitor"]``, the format pydantic-settings reads for list settings), each
+    name stripped of surrounding whitespace, blank ones dropped.
+
+    Raises:
+        ValueError: one line: a value starting with ``[`` that is not a JSON array
+            of strings, or a comma-separated name holding ``"``, ``[`` or ``]`` (a JSON array cut
+            at its commas would match no alert).
+    """
+    import json
+
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            names = json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"starts with [ but is not a JSON array: {err}") from None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("as JSON, must be an array of strings (alertnames)")
+    else:
+        names = text.split(",")
+        if any(ch in n for n in names for ch in '"[]'):
+            raise ValueError(
+                "an alertname holds a quote or bracket; give names separated by commas "
+                '(Watchdog,InfoInhibitor) or a JSON array (["Watchdog","InfoInhibitor"])'
+            )
+    return frozenset(n.strip() for n in names if n.strip())
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of the environment variable ``name`` read case-insensitively, as the settings
+    read theirs (``fleetmind_prometheus_url`` is ``FLEETMIND_PROMETHEUS_URL``); where several
+    spellings are set, the last one in ``environ``'s order, as pydantic-settings takes it.
+    ``environ``: ``os.environ`` when ``None``. ``None`` when unset."""
+    import os
+
+    found = None
+    for key, value in (os.environ if environ is None else environ).items():
+        if key.upper() == name.upper():
+            found = value
+    return found
 
 
 class Settings(BaseSettings):
@@ -554,7 +599,8 @@ class Settings(BaseSettings):
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
     slo_alerts: str = Field(
         "",
-        description="comma-separated alertnames of user-facing (SLO) alerts; in an incident with "
+        description="alertnames of user-facing (SLO) alerts, comma-separated or a JSON array of "
+        "strings; in an incident with "
         "one, the first is its symptom and causes that no alerting dependency path joins to it "
         "are down-weighted; incidents without one keep the model's ranking",
     )
@@ -567,7 +613,8 @@ class Settings(BaseSettings):
     # resolved by FLEETMIND_INCIDENT_AUTO_RESOLVE_S once no longer delivered.
     ungrouped_alerts: str = Field(
         "Watchdog,InfoInhibitor,DatasourceError,DatasourceNoData,TestAlert",
-        description="comma-separated alertnames stored but never grouped into incidents: "
+        description="alertnames stored but never grouped into incidents, comma-separated or a "
+        "JSON array of strings: "
         "heartbeats and inhibitor helpers (kube-prometheus' Watchdog always fires, "
         "InfoInhibitor carries severity none), and Grafana's alerts about alerting itself "
         "(DatasourceError and DatasourceNoData: a rule's query failed or returned no data; "
@@ -862,6 +909,14 @@ class Settings(BaseSettings):
             return cls.model_fields[info.field_name or ""].default
         return v
 
+    @field_validator("slo_alerts", "ungrouped_alerts")
+    @classmethod
+    def _alert_list(cls, v: str) -> str:
+        """A comma-separated list or a JSON array of alertnames (:func:`alert_names` refuses
+        anything else: a JSON array split at its commas matched no alert)."""
+        alert_names(v)
+        return v
+
     @field_validator("api_token", "ingest_token", "read_token", "schedule_token", "admin_token")
     @classmethod
     def _no_empty_token(cls, v: str | None) -> str | None:
@@ -893,12 +948,14 @@ class Settings(BaseSettings):
         )
 
     def slo_alert_names(self) -> frozenset[str]:
-        """The alertnames of ``FLEETMIND_SLO_ALERTS``."""
-        return frozenset(n.strip() for n in self.slo_alerts.split(",") if n.strip())
+        """The alertnames of ``FLEETMIND_SLO_ALERTS`` (comma-separated or a JSON array:
+        :func:`alert_names`)."""
+        return alert_names(self.slo_alerts)
 
     def ungrouped_alert_names(self) -> frozenset[str]:
-        """The alertnames of ``FLEETMIND_UNGROUPED_ALERTS``."""
-        return frozenset(n.strip() for n in self.ungrouped_alerts.split(",") if n.strip())
+        """The alertnames of ``FLEETMIND_UNGROUPED_ALERTS`` (comma-separated or a JSON array:
+        :func:`alert_names`)."""
+        return alert_names(self.ungrouped_alerts)
 
     def weak_tokens(self) -> list[str]:
         """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``),
@@ -1023,6 +1080,58 @@ MIN_TOKEN_DISTINCT_CHARS = 5
 """The fewest different characters in a token ``fleetmind serve`` accepts: a repeated character
 or pair passes the length check and falls to the first guesses (16 random hex characters have
 fewer than 5 different ones with a probability below 1e-6)."""
+
+
+OTHER_VARIABLES = frozenset(
+    {
+        "FLEETMIND_WORKERS",  # fleetmind serve --workers (cli/serve.py)
+        "FLEETMIND_SHARED_DATA",  # data/paths.py, cli/data.py
+        "FLEETMIND_CACHE_DIR",  # data/openb_synthetic.py
+        "FLEETMIND_OPENB_FALLBACK",  # data/paths.py OPENB_FALLBACK_ENV
+        "FLEETMIND_RESULTS_DIR",  # notebooks/execute.py
+        "FLEETMIND_PPO_MODEL",  # notebooks/placement_evaluation.ipynb
+        "FLEETMIND_NB_QUICK",  # the notebooks
+        "FLEETMIND_BASE_IMAGE",  # deploy/container/build.sh
+        "FLEETMIND_FAULT_FIGURES",  # tests/test_serving_faults.py
+        "FLEETMIND_SCREENSHOT_DIR",  # tests/test_ui_browser.py
+        "FLEETMIND_FUZZ_CASES",  # tests/test_serving_fuzz.py
+        "FLEETMIND_FUZZ_EXAMPLES",  # tests/test_serving_schemathesis_pg.py
+        "FLEETMIND_PROBE_OWN_SCARCITY",  # a benchmark probe's child process
+    }
+)
+"""``FLEETMIND_*`` variables the project reads that are no :class:`Settings` field."""
+
+# Kubernetes gives every pod variables for each Service (enableServiceLinks, on by default): a
+# Service named fleetmind (deploy/kubernetes/base/service.yaml) gives FLEETMIND_SERVICE_HOST,
+# FLEETMIND_SERVICE_PORT(_<PORT NAME>) and Docker-link style FLEETMIND_PORT and
+# FLEETMIND_PORT_8000_TCP(_PROTO|_PORT|_ADDR) (kubernetes.io/docs/concepts/services-networking/
+# service/#environment-variables; kubernetes/kubernetes pkg/kubelet/envvars/envvars.go); a Service
+# named fleetmind-<x> gives FLEETMIND_<X>_SERVICE_HOST and so on
+_SERVICE_LINK = re.compile(
+    r"FLEETMIND(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
+    r"|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
+)
+
+
+def unknown_variable_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per ``FLEETMIND_*`` variable of ``environ`` (``os.environ`` when ``None``; names
+    compared case-insensitively) that the service ignores: no :class:`Settings` field, none of
+    :data:`OTHER_VARIABLES` and no Kubernetes Service link (:data:`_SERVICE_LINK`), each with the
+    closest known name when one is close (``FLEETMIND_API_TOKENS``: did you mean
+    ``FLEETMIND_API_TOKEN``?). Values are never shown (a misspelled token is still a secret)."""
+    import difflib
+    import os
+
+    known = {f"FLEETMIND_{f.upper()}" for f in Settings.model_fields} | OTHER_VARIABLES
+    out = []
+    for key in sorted(os.environ if environ is None else environ):
+        name = key.upper()
+        if not name.startswith("FLEETMIND_") or name in known or _SERVICE_LINK.fullmatch(name):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        out.append(f"{key} is not a FleetMind setting and is ignored{hint}")
+    return out
 
 
 @lru_cache
