@@ -308,6 +308,7 @@ def _connection_text(err: Exception, timeout: float) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
+    argtypes.refuse_stdout(args.out, "--out")  # "-": a one-line error, not a file ./-
     from fleetmind.data.files import require_dir
     from fleetmind.data.graph import DependencyGraph
     from fleetmind.data.graph_build import (
@@ -448,7 +449,8 @@ def _replace_whole(
 def _schema(args: argparse.Namespace) -> int:
     from fleetmind.data.graph_schema import graph_json_schema
 
-    argtypes.refuse_stdout(args.out, "--out")  # "-": a one-line error, not a file ./-
+    # "-": a one-line error, not a file ./-
+    argtypes.refuse_stdout(args.out, "--out", stdout_without=True)
     text = json.dumps(graph_json_schema(), indent=2) + "\n"
     if args.out:
         write_whole(args.out, text)

@@ -167,18 +167,26 @@ def check_creatable(path: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: cannot write in {anc} ({problem})")
 
 
-def refuse_stdout(path: str | os.PathLike[str] | None, flag: str) -> None:
+def refuse_stdout(
+    path: str | os.PathLike[str] | None, flag: str, *, stdout_without: bool = False
+) -> None:
     """Refuse ``-`` (:data:`STDOUT`) as the value of the output option ``flag`` when ``flag`` is
     not ``--json``: only ``--json -`` writes to stdout; any other output would make a file named
     ``-`` in the working folder and print nothing, where its help promised stdout. Nothing for
     ``--json``, for another path, or for an empty ``flag`` (an ``argparse`` type, which does not
-    know its option: :func:`output_file`).
+    know its option: :func:`output_file`). ``stdout_without``: the command writes to stdout when
+    ``flag`` is left out (``graph schema``), which the message says instead.
 
     Raises:
         ConfigError: one line naming ``flag`` and how to name a file ``-`` (``./-``).
     """
     if flag and flag != "--json" and is_stdout(path):
-        raise ConfigError(f"{flag} -: only --json writes to stdout; give ./- for a file named -")
+        way = (
+            f"leave out {flag} to write to stdout"
+            if stdout_without
+            else "only --json writes to stdout"
+        )
+        raise ConfigError(f"{flag} -: {way}; give ./- for a file named -")
 
 
 def check_writable_file(path: str | Path | None, flag: str) -> None:

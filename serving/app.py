@@ -688,10 +688,11 @@ RETRY_AFTER = {
 def _body_limit_text(path: str) -> str:
     """What a 413 of a body sent to ``path`` means: the limit
     :class:`fleetmind.serving.middleware.BodyLimitMiddleware` applies to it."""
+    larger = " or FLEETMIND_MAX_BODY_BYTES where that is larger"
     if path in SCHEDULER_PATHS:
-        setting = "FLEETMIND_MAX_SCHEDULER_BYTES, default 81,920,000 bytes"
+        setting = f"FLEETMIND_MAX_SCHEDULER_BYTES, default 81,920,000 bytes,{larger}"
     elif path == WEBHOOK_PATH:
-        setting = "FLEETMIND_MAX_WEBHOOK_BYTES"
+        setting = f"FLEETMIND_MAX_WEBHOOK_BYTES{larger}"
     else:
         setting = "FLEETMIND_MAX_BODY_BYTES, 16 MiB by default"
     return f"Request body larger than its limit ({setting}), declared or streamed"
