@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.redact import safe_uri
@@ -135,14 +136,21 @@ def download(uri: str, dst: str | Path) -> tuple[Path, str, str | None]:
     A ``models:/name@alias`` is resolved once, and ``models:/name/<version>`` downloaded: the
     version reported is the one served even when the alias moves meanwhile (``download_artifacts``
     would resolve the alias a second time). Call within :func:`bounded_requests`; MLflow's errors
-    pass through (:func:`reason` says them in one line). A ``models:/`` or ``runs:/`` URI whose
-    tracking or registry store is a local SQLite file that does not exist raises
-    :class:`~fleetmind.data.errors.ModelLoadError` before MLflow creates that file.
+    pass through (:func:`reason` says them in one line). A ``models:/`` URI whose registry store
+    (a ``runs:/`` URI whose tracking store) is a local SQLite file that does not exist raises
+    :class:`~fleetmind.data.errors.ModelLoadError` before MLflow creates that file. MLflow's
+    client opens the tracking store too (``MlflowClient.__init__``), so a ``models:/`` load with
+    only ``MLFLOW_REGISTRY_URI`` set leaves an empty tracking database (default ``mlflow.db`` in
+    the working directory).
     """
     import mlflow
 
-    if uri.startswith(("models:/", "runs:/")):
-        _check_store(mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+    if uri.startswith("models:/"):
+        registry = mlflow.get_registry_uri()  # the tracking URI unless one is set of its own
+        own = registry != mlflow.get_tracking_uri()
+        _check_store(registry, "MLFLOW_REGISTRY_URI" if own else "MLFLOW_TRACKING_URI")
+    elif uri.startswith("runs:/"):
+        _check_store(mlflow.get_tracking_uri(), "MLFLOW_TRACKING_URI")
     pinned, version = uri, None
     if uri.startswith("models:/"):
         spec = uri[len("models:/") :]
@@ -157,24 +165,25 @@ def download(uri: str, dst: str | Path) -> tuple[Path, str, str | None]:
     return Path(local), pinned, version
 
 
-def _check_store(*uris: str) -> None:
-    """Refuse a local SQLite store among ``uris`` whose file does not exist: MLflow would create
-    it, schema and all (about 1 MB), in the working directory of a caller that merely forgot
-    ``MLFLOW_TRACKING_URI`` (its default is ``sqlite:///mlflow.db``), and then report the model
-    as not registered.
+def _check_store(uri: str | None, variable: str) -> None:
+    """Refuse ``uri`` when it is a local SQLite store whose file does not exist: MLflow would
+    create it, schema and all (about 1 MB), in the working directory of a caller that merely
+    forgot ``MLFLOW_TRACKING_URI`` (its default is ``sqlite:///mlflow.db``), and then report the
+    model as not registered. The path is percent-decoded as SQLAlchemy does (MLflow's own
+    ``path_to_local_sqlite_uri`` writes a space as ``%20``); ``variable`` is the environment
+    variable the message names.
 
     Raises:
-        ModelLoadError: ``no MLflow registry at <absolute path>; set MLFLOW_TRACKING_URI``.
+        ModelLoadError: ``no MLflow registry at <absolute path>; set <variable>``.
     """
-    for uri in uris:
-        if not uri or not uri.startswith("sqlite:///"):
-            continue
-        name = uri.removeprefix("sqlite:///").split("?", 1)[0]
-        if name in ("", ":memory:"):
-            continue
-        db = Path(name).absolute()
-        if not db.exists():
-            raise ModelLoadError(f"no MLflow registry at {db}; set MLFLOW_TRACKING_URI")
+    if not uri or not uri.startswith("sqlite:///"):
+        return
+    name = unquote(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if name in ("", ":memory:"):
+        return
+    db = Path(name).absolute()
+    if not db.exists():
+        raise ModelLoadError(f"no MLflow registry at {db}; set {variable}")
 
 
 def reason(err: BaseException) -> str:

@@ -278,7 +278,9 @@ def load_fit_model(ref: str | Path) -> tuple[Any, dict[str, Any]]:
     if problem is not None:
         raise FitModelError(f"{p / 'config.json'}: {problem}; refit with `rca fit`")
     try:
-        model = GATRanker(GATConfig.from_dict(dict(meta["model"])))
+        # random initial weights, overwritten below: keep the caller's torch random sequence
+        with torch.random.fork_rng(devices=[]):
+            model = GATRanker(GATConfig.from_dict(dict(meta["model"])))
         state = torch.load(p / "model.pt", map_location="cpu", weights_only=True)
         model.load_state_dict(state, strict=True)
     except Exception as err:  # torch raises many kinds on bad bytes

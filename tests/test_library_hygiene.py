@@ -4,13 +4,19 @@
   (``Args.threads`` 1 stayed set for good), the warnings filters, Lightning's logger levels, MLflow's
   tracking URI and ``MLFLOW_TRACKING_URI``/``PL_GLOBAL_SEED``/``PL_SEED_WORKERS`` (set by
   ``mlflow.set_tracking_uri``, mlflow/tracking/_tracking_service/utils.py, and by Lightning's
-  ``seed_everything``, lightning_fabric/utilities/seed.py); ``rca_fit.fit`` its thread count.
-* Loading a GAT or placement model does not advance the caller's torch random sequence (the
+  ``seed_everything``, lightning_fabric/utilities/seed.py) and torch's deterministic algorithms
+  setting (Lightning's ``Trainer(deterministic=False)`` calls
+  ``torch.use_deterministic_algorithms(False)``, lightning/pytorch/trainer/connectors/
+  accelerator_connector.py ``_set_torch_flags``); ``rca_fit.fit`` its thread count.
+* Loading a GAT, fitted GAT or placement model does not advance the caller's torch random sequence (the
   models were built with random initial weights, then overwritten).
 * Scoring with a GAT model does not import Lightning (2.3 s and 85 MiB; its ``rich`` draws from
   Python's global ``random`` at import).
 * A ``models:/`` URI with no tracking store configured is a one-line error, and MLflow's default
-  ``sqlite:///mlflow.db`` is not created in the working directory.
+  ``sqlite:///mlflow.db`` is not created in the working directory. A store is found at the
+  percent-encoded URI MLflow itself writes (``path_to_local_sqlite_uri``,
+  mlflow/utils/file_utils.py: a space is ``%20``), and a ``models:/`` URI needs only the registry
+  store (``MLFLOW_REGISTRY_URI``), not the tracking one.
 """
 
 from __future__ import annotations
@@ -42,24 +48,33 @@ def _state() -> dict[str, object]:
         "levels": {name: logging.getLogger(name).level for name in _LOGGERS},
         "env": {name: os.environ.get(name) for name in _ENV},
         "mlflow_uri": mlflow.get_tracking_uri(),
+        "deterministic": (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
     }
 
 
 @pytest.fixture
 def own_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, object]]:
     """A caller's own settings, unlike a run's: 2 torch threads, a tracking URI of its own, no
-    Lightning variables, logger levels NOTSET; returns their snapshot."""
+    Lightning variables, logger levels NOTSET, deterministic algorithms on (warn only); returns
+    their snapshot."""
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'own.db'}")
     for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
         monkeypatch.delenv(name, raising=False)
     threads = torch.get_num_threads()
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+    det = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     for name in _LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
     yield _state()
     torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(det, warn_only=warn_only)
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
@@ -108,6 +123,7 @@ def test_a_training_run_gives_the_process_state_back(
     res = rca_train.run(args)
     assert res["epochs"] >= 1
     assert _state() == own_state
+    assert torch.are_deterministic_algorithms_enabled()
     assert os.environ.get("PL_GLOBAL_SEED") is None
 
 
@@ -203,3 +219,95 @@ def test_a_registry_uri_without_a_store_creates_no_database(
     assert f"no MLflow registry at {tmp_path / 'mlflow.db'}" in text, text
     assert "set MLFLOW_TRACKING_URI" in text and "\n" not in text
     assert list(tmp_path.iterdir()) == []
+
+
+def test_loading_a_fitted_model_keeps_the_callers_random_sequence(tmp_path: Path) -> None:
+    from fleetmind.data.synth_system import make_system
+    from fleetmind.rca.fit_model import FittedGATAnalyzer, load_fit_model
+    from fleetmind.training.rca_fit import FitArgs, fit
+
+    make_system(tmp_path / "shop", n_services=4, normal_rows=40, issues=1, seed=1)
+    fit(FitArgs(scenario=str(tmp_path / "shop"), out=str(tmp_path / "m"), epochs=1, incidents=8))
+    assert _draws(lambda: load_fit_model(tmp_path / "m")) == _draws()
+    assert _draws(lambda: FittedGATAnalyzer.load(tmp_path / "m")) == _draws()
+
+
+def _register(folder: Path) -> str:
+    """Register the shipped GAT model as ``fleetmind-rca`` version 1 in a new SQLite store in
+    ``folder``; returns the store's URI as MLflow writes it (percent-encoded)."""
+    import mlflow
+    from mlflow.utils.file_utils import path_to_local_sqlite_uri
+
+    from fleetmind.data.paths import MODELS_DIR
+
+    folder.mkdir(parents=True)
+    uri = path_to_local_sqlite_uri(str(folder / "mlflow.db"))
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("fleetmind-rca")
+    client.create_model_version("fleetmind-rca", (MODELS_DIR / "rca").as_uri())
+    return uri
+
+
+@pytest.fixture
+def no_mlflow_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No tracking or registry URI set, the working directory an empty ``tmp_path/cwd``."""
+    import mlflow
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    mlflow.set_tracking_uri(None)
+    mlflow.set_registry_uri(None)
+    yield tmp_path / "cwd"
+    mlflow.set_tracking_uri(None)
+    mlflow.set_registry_uri(None)
+
+
+def test_a_store_in_a_folder_with_a_space_is_found(
+    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetmind.rca.gat_analyzer import load_model
+
+    uri = _register(tmp_path / "my models")
+    assert "%20" in uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    _, meta, version = load_model("models:/fleetmind-rca/1")
+    assert version == "fleetmind-rca/1" and meta["format"]
+
+
+def test_a_models_uri_needs_only_the_registry_store(
+    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetmind.rca.gat_analyzer import load_model
+
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", _register(tmp_path / "registry"))
+    _, _, version = load_model("models:/fleetmind-rca/1")
+    assert version == "fleetmind-rca/1"
+
+
+def test_a_runs_uri_without_a_tracking_store_names_the_tracking_uri(
+    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetmind.rca.gat_analyzer import load_model
+
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    with pytest.raises(ModelLoadError) as err:
+        load_model("runs:/0123456789abcdef/model")
+    assert f"no MLflow registry at {no_mlflow_uris / 'mlflow.db'}" in str(err.value)
+    assert str(err.value).endswith("set MLFLOW_TRACKING_URI")
+    assert list(no_mlflow_uris.iterdir()) == []
+
+
+def test_a_models_uri_with_a_missing_registry_store_names_the_registry_uri(
+    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetmind.rca.gat_analyzer import load_model
+
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{tmp_path / 'gone.db'}")
+    with pytest.raises(ModelLoadError) as err:
+        load_model("models:/fleetmind-rca/1")
+    assert f"no MLflow registry at {tmp_path / 'gone.db'}" in str(err.value)
+    assert str(err.value).endswith("set MLFLOW_REGISTRY_URI")
+    assert not (tmp_path / "gone.db").exists()

@@ -297,12 +297,17 @@ _RUN_ENV = ("MLFLOW_TRACKING_URI", "PL_GLOBAL_SEED", "PL_SEED_WORKERS", "MLFLOW_
 def _process_state_kept(threads: int | None) -> Iterator[None]:
     """Inside the block torch runs on ``threads`` intra-op threads (``None`` or 0: unchanged);
     on leaving it, also on an exception, the process gets back its torch thread count, warnings
-    filters, the levels of :data:`_QUIET_LOGGERS`, MLflow's tracking URI and the
-    :data:`_RUN_ENV` environment variables (Lightning's ``seed_everything`` sets
-    ``PL_GLOBAL_SEED``/``PL_SEED_WORKERS``, ``mlflow.set_tracking_uri`` sets
-    ``MLFLOW_TRACKING_URI``)."""
+    filters, the levels of :data:`_QUIET_LOGGERS`, MLflow's tracking URI, torch's deterministic
+    algorithms setting (Lightning's ``Trainer(deterministic=False)`` calls
+    ``torch.use_deterministic_algorithms(False)``) and the :data:`_RUN_ENV` environment variables
+    (Lightning's ``seed_everything`` sets ``PL_GLOBAL_SEED``/``PL_SEED_WORKERS``,
+    ``mlflow.set_tracking_uri`` sets ``MLFLOW_TRACKING_URI``)."""
     import warnings
 
+    import torch
+
+    det = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
     env = {name: os.environ.get(name) for name in _RUN_ENV}
     uri = _mlflow_uri()
@@ -311,6 +316,7 @@ def _process_state_kept(threads: int | None) -> Iterator[None]:
         with threads_kept, warnings.catch_warnings():
             yield
     finally:
+        torch.use_deterministic_algorithms(det, warn_only=warn_only)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
         if "mlflow" in sys.modules and _mlflow_uri() != uri:
@@ -335,8 +341,9 @@ def run(args: Args) -> dict[str, Any]:
     Seeds Python's, NumPy's and torch's global random generators with ``args.seed`` (the run is
     reproducible from its seed) and leaves them as the run left them. Everything else it changes
     for the process is given back on return or on an exception: the torch thread count
-    (``args.threads``), warnings filters, Lightning's logger levels, MLflow's tracking URI and the
-    ``MLFLOW_TRACKING_URI``/``PL_GLOBAL_SEED``/``PL_SEED_WORKERS`` environment variables."""
+    (``args.threads``), warnings filters, Lightning's logger levels, MLflow's tracking URI, torch's
+    deterministic algorithms setting and the ``MLFLOW_TRACKING_URI``/``PL_GLOBAL_SEED``/
+    ``PL_SEED_WORKERS`` environment variables."""
     with _process_state_kept(args.threads if args.threads is None else max(0, args.threads)):
         return _run(args)
 
