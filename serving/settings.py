@@ -198,46 +198,67 @@ def parse_prometheus_headers(
     return out
 
 
+_CUT_ARRAY_PIECE = re.compile(r"^\[\s*[\"']|[\"']\s*\]$")
+"""A comma-separated piece that is the start (``["Watchdog"``) or end (``"InfoInhibitor"]``) of a
+JSON array, or of a quoted list such as YAML's ``['Watchdog','InfoInhibitor']``, cut at its
+commas: no alert is named so, while ``[Prod] Checkout SLO burn`` (a Grafana rule title, the
+alertname of a Grafana-managed alert) is a name."""
+
+
 def alert_names(value: str) -> frozenset[str]:
-    """The alertnames of a list setting such as ``FLEETMIND_UNGROUPED_ALERTS``: comma-separated (``Watchdog,InfoInhibitor``) or a JSON array of strings
-    (``["Watchdog","InfoInhibitor"]``, the format pydantic-settings reads for list settings), each
-    name stripped of surrounding whitespace, blank ones dropped.
+    """The alertnames of a list setting such as ``FLEETMIND_UNGROUPED_ALERTS``: a JSON array of
+    strings (``["Watchdog","InfoInhibitor"]``, the format pydantic-settings reads for list
+    settings) when the value parses as one, otherwise comma-separated
+    (``Watchdog,[Grafana] DatasourceError``: brackets inside a name are kept, as in Grafana rule
+    titles), each name stripped of surrounding whitespace, blank ones dropped.
 
     Raises:
-        ValueError: one line: a value starting with ``[`` that is not a JSON array
-            of strings, or a comma-separated name holding ``"``, ``[`` or ``]`` (a JSON array cut
-            at its commas would match no alert).
+        ValueError: one line: a value starting with ``[`` that parses as JSON but not as an array
+            of strings; a comma-separated name that is a piece of an array cut at its commas
+            (:data:`_CUT_ARRAY_PIECE`) or wholly in double quotes (``"Watchdog","InfoInhibitor"``);
+            either would match no alert.
     """
     import json
 
     text = value.strip()
     if text.startswith("["):
         try:
-            names = json.loads(text)
-        except ValueError as err:
-            raise ValueError(f"starts with [ but is not a JSON array: {err}") from None
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ValueError("as JSON, must be an array of strings (alertnames)")
-    else:
-        names = text.split(",")
-        if any(ch in n for n in names for ch in '"[]'):
-            raise ValueError(
-                "an alertname holds a quote or bracket; give names separated by commas "
-                '(Watchdog,InfoInhibitor) or a JSON array (["Watchdog","InfoInhibitor"])'
-            )
-    return frozenset(n.strip() for n in names if n.strip())
+            parsed = json.loads(text)
+        except ValueError:
+            pass  # not JSON: a name such as "[Prod] Checkout SLO burn", read at its commas
+        else:
+            if not isinstance(parsed, list) or not all(isinstance(n, str) for n in parsed):
+                raise ValueError("as JSON, must be an array of strings (alertnames)")
+            return frozenset(n.strip() for n in parsed if n.strip())
+    names = [n.strip() for n in text.split(",")]
+    if any(_CUT_ARRAY_PIECE.search(n) for n in names):
+        raise ValueError(
+            "is not a JSON array of strings, yet a name is a piece of a quoted array cut at "
+            "its commas (it starts with [\" or [' or ends with \"] or ']) and would match no "
+            'alert: give a JSON array (["Watchdog","InfoInhibitor"]) or names separated by '
+            "commas (Watchdog,InfoInhibitor)"
+        )
+    if any(len(n) >= 2 and n[0] == n[-1] == '"' for n in names):
+        raise ValueError(
+            "an alertname is wholly in double quotes and would match no alert: give names "
+            "separated by commas without quotes (Watchdog,InfoInhibitor) or a JSON array "
+            '(["Watchdog","InfoInhibitor"])'
+        )
+    return frozenset(n for n in names if n)
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The value of the environment variable ``name`` read case-insensitively, as the settings
-    read theirs (``fleetmind_prometheus_url`` is ``FLEETMIND_PROMETHEUS_URL``); where several
-    spellings are set, the last one in ``environ``'s order, as pydantic-settings takes it.
-    ``environ``: ``os.environ`` when ``None``. ``None`` when unset."""
+    read theirs (``fleetmind_prometheus_url`` is ``FLEETMIND_PROMETHEUS_URL``): compared in lower
+    case, as pydantic-settings compares (so the Kelvin sign U+212A matches ``k`` and the long s
+    U+017F matches nothing); where several spellings are set, the last one in ``environ``'s order,
+    as pydantic-settings takes it. ``environ``: ``os.environ`` when ``None``. ``None`` when
+    unset."""
     import os
 
     found = None
     for key, value in (os.environ if environ is None else environ).items():
-        if key.upper() == name.upper():
+        if key.lower() == name.lower():
             found = value
     return found
 
@@ -1105,31 +1126,72 @@ OTHER_VARIABLES = frozenset(
 # Service named fleetmind (deploy/kubernetes/base/service.yaml) gives FLEETMIND_SERVICE_HOST,
 # FLEETMIND_SERVICE_PORT(_<PORT NAME>) and Docker-link style FLEETMIND_PORT and
 # FLEETMIND_PORT_8000_TCP(_PROTO|_PORT|_ADDR) (kubernetes.io/docs/concepts/services-networking/
-# service/#environment-variables; kubernetes/kubernetes pkg/kubelet/envvars/envvars.go); a Service
-# named fleetmind-<x> gives FLEETMIND_<X>_SERVICE_HOST and so on
-_SERVICE_LINK = re.compile(
-    r"FLEETMIND(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
-    r"|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
+# service/#environment-variables; kubernetes/kubernetes pkg/kubelet/envvars/envvars.go
+# FromServices, makeLinkVariables); a Service named fleetmind-<x> gives FLEETMIND_<X>_SERVICE_HOST
+# and so on. Each name is paired with the shape of the value the kubelet writes, so that a made-up
+# FLEETMIND_BIND_PORT=8000 is still warned about.
+_SERVICE_LINKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(r"FLEETMIND(?:_[A-Z0-9_]+)?_" + name, re.ASCII | re.IGNORECASE), kind)
+    for name, kind in (
+        (r"SERVICE_HOST", "ip"),  # the ClusterIP
+        (r"SERVICE_PORT(?:_[A-Z0-9_]+)?", "number"),  # the first port; each named port
+        (r"PORT(?:_[0-9]+_(?:TCP|UDP|SCTP))?", "url"),  # tcp://10.96.0.12:8000
+        (r"PORT_[0-9]+_(?:TCP|UDP|SCTP)_PROTO", "protocol"),  # tcp
+        (r"PORT_[0-9]+_(?:TCP|UDP|SCTP)_PORT", "number"),  # 8000
+        (r"PORT_[0-9]+_(?:TCP|UDP|SCTP)_ADDR", "ip"),  # the ClusterIP
+    )
 )
+"""The names of the Service link variables (any case), each with the kind of value the kubelet
+writes (:func:`_link_value_fits`)."""
+
+
+def _link_value_fits(kind: str, value: str) -> bool:
+    """Whether ``value`` has the shape the kubelet writes for a Service link of ``kind``: ``ip``
+    an IPv4 or IPv6 address, ``number`` a port (digits), ``url`` ``<protocol>://host:port``,
+    ``protocol`` ``tcp``, ``udp`` or ``sctp``."""
+    if kind == "ip":
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return False
+        return True
+    if kind == "number":
+        return re.fullmatch(r"[0-9]+", value) is not None
+    if kind == "url":
+        return re.match(r"(?:tcp|udp|sctp)://", value) is not None
+    return value in ("tcp", "udp", "sctp")
+
+
+def is_service_link(name: str, value: str) -> bool:
+    """Whether the variable ``name=value`` is one the kubelet adds for a Kubernetes Service (see
+    :data:`_SERVICE_LINKS`): a name of that form whose value has the shape the kubelet writes
+    (``FLEETMIND_PORT=tcp://10.96.0.12:8000`` is one, ``FLEETMIND_PORT=8000`` is not)."""
+    return any(
+        pattern.fullmatch(name) and _link_value_fits(kind, value)
+        for pattern, kind in _SERVICE_LINKS
+    )
 
 
 def unknown_variable_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
     """One line per ``FLEETMIND_*`` variable of ``environ`` (``os.environ`` when ``None``; names
-    compared case-insensitively) that the service ignores: no :class:`Settings` field, none of
-    :data:`OTHER_VARIABLES` and no Kubernetes Service link (:data:`_SERVICE_LINK`), each with the
-    closest known name when one is close (``FLEETMIND_API_TOKENS``: did you mean
-    ``FLEETMIND_API_TOKEN``?). Values are never shown (a misspelled token is still a secret)."""
+    compared in lower case, as pydantic-settings compares) that the service ignores: no
+    :class:`Settings` field, none of :data:`OTHER_VARIABLES` and no Kubernetes Service link
+    (:func:`is_service_link`), each with the closest known name when one is close
+    (``FLEETMIND_API_TOKENS``: did you mean ``FLEETMIND_API_TOKEN``?). Values are never shown (a
+    misspelled token is still a secret)."""
     import difflib
     import os
 
-    known = {f"FLEETMIND_{f.upper()}" for f in Settings.model_fields} | OTHER_VARIABLES
+    env = os.environ if environ is None else environ
+    known = {f"fleetmind_{f}".lower() for f in Settings.model_fields}
+    known |= {v.lower() for v in OTHER_VARIABLES}
     out = []
-    for key in sorted(os.environ if environ is None else environ):
-        name = key.upper()
-        if not name.startswith("FLEETMIND_") or name in known or _SERVICE_LINK.fullmatch(name):
+    for key in sorted(env):
+        name = key.lower()
+        if not name.startswith("fleetmind_") or name in known or is_service_link(key, env[key]):
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = f" (did you mean {close[0].upper()}?)" if close else ""
         out.append(f"{key} is not a FleetMind setting and is ignored{hint}")
     return out
 

@@ -24,7 +24,7 @@ def _isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     import uvicorn
 
     for key in list(os.environ):
-        if key.upper().startswith("FLEETMIND_"):
+        if key.lower().startswith("fleetmind_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
@@ -66,11 +66,13 @@ def test_ungrouped_alerts_as_a_json_array_or_commas(
 @pytest.mark.parametrize(
     ("value", "why"),
     [
-        ('["Watchdog","InfoInhibitor"', "not a JSON array"),
+        ('["Watchdog","InfoInhibitor"', "not a JSON array"),  # its last bracket lost
+        ('Watchdog,"InfoInhibitor"]', "cut at its commas"),
+        ("['Watchdog','InfoInhibitor']", "cut at its commas"),  # a YAML or Python list
         ('["Watchdog", 3]', "array of strings"),
         ('[{"name": "Watchdog"}]', "array of strings"),
-        ('"Watchdog","InfoInhibitor"', "quote or bracket"),
-        ("Watchdog]", "quote or bracket"),
+        ("[3]", "array of strings"),
+        ('"Watchdog","InfoInhibitor"', "double quotes"),
     ],
 )
 @pytest.mark.parametrize("variable", ["FLEETMIND_UNGROUPED_ALERTS", "FLEETMIND_SLO_ALERTS"])
@@ -87,6 +89,32 @@ def test_a_malformed_alert_list_stops_serve_with_one_line(
     assert len(err) == 1, err
     assert err[0].startswith(f"fleetmind: error: invalid setting {variable}="), err
     assert why in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        ("[Prod] Checkout SLO burn", {"[Prod] Checkout SLO burn"}),
+        ("Watchdog,[Grafana] DatasourceError", {"Watchdog", "[Grafana] DatasourceError"}),
+        ("[Prod] A, [Dev] B ,", {"[Prod] A", "[Dev] B"}),
+        ("Disk full [db]", {"Disk full [db]"}),
+        ('Checkout "slow" burn', {'Checkout "slow" burn'}),
+        ('["[Prod] Checkout SLO burn", "\\"Quoted\\""]', {"[Prod] Checkout SLO burn", '"Quoted"'}),
+    ],
+)
+def test_grafana_rule_titles_with_brackets_are_alert_names(
+    value: str, names: set[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Grafana-managed alert's alertname is its rule title, e.g. "[Prod] Checkout SLO burn"
+    (grafana/grafana pkg/services/ngalert/state/state.go: the alertname label is the rule's
+    Title); such a list stopped serve ("starts with [ but is not a JSON array", "holds a quote or
+    bracket"). It is read at its commas and serve starts."""
+    monkeypatch.setenv("FLEETMIND_SLO_ALERTS", value)
+    monkeypatch.setenv("fleetmind_ungrouped_alerts", value)
+    assert Settings().slo_alert_names() == names
+    assert Settings().ungrouped_alert_names() == names
+    assert main(["serve"]) == 0
+    assert "invalid setting" not in capsys.readouterr().err
 
 
 def test_a_misspelled_variable_is_warned_with_the_closest_name(
@@ -136,6 +164,64 @@ def test_settings_other_project_variables_and_service_links_are_not_warned() -> 
         "FLEETMIND_TLS_CRT is not a FleetMind setting and is ignored "
         "(did you mean FLEETMIND_TLS_CERT?)"
     ]
+    # the kubelet's other shapes: IPv6 ClusterIP, UDP and SCTP ports, a fleetmind-db Service
+    assert not fm_settings.unknown_variable_warnings(
+        {
+            "FLEETMIND_SERVICE_HOST": "fd00:10:96::c",
+            "FLEETMIND_PORT": "tcp://[fd00:10:96::c]:8000",
+            "FLEETMIND_PORT_53_UDP": "udp://10.96.0.12:53",
+            "FLEETMIND_PORT_53_UDP_PROTO": "udp",
+            "FLEETMIND_PORT_9_SCTP_ADDR": "10.96.0.12",
+            "FLEETMIND_DB_SERVICE_PORT_POSTGRES": "5432",
+            "FLEETMIND_DB_PORT_5432_TCP_PORT": "5432",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FLEETMIND_PORT", "8000"),  # a made-up bind port: the kubelet writes tcp://<ip>:<port>
+        ("FLEETMIND_BIND_PORT", "8000"),
+        ("FLEETMIND_DATABASE_PORT", "5432"),
+        ("FLEETMIND_PORT_8000_TCP", "8000"),
+        ("FLEETMIND_SERVICE_PORT", "http"),
+        ("FLEETMIND_SERVICE_PORT_HTTP", "８０００"),  # fullwidth digits are no port
+        ("FLEETMIND_DATABASE_SERVICE_HOST", "db.internal"),  # a host name, not a ClusterIP
+        ("FLEETMIND_PORT_8000_TCP_ADDR", "localhost"),
+        ("FLEETMIND_PORT_8000_TCP_PROTO", "http"),
+        ("FLEETMIND_PORT_8000_TCP_PORT", "8000/tcp"),
+    ],
+)
+def test_a_service_link_name_with_another_value_is_warned(name: str, value: str) -> None:
+    """Every FLEETMIND_<x>_PORT and FLEETMIND_PORT was exempt whatever its value, so a made-up
+    FLEETMIND_BIND_PORT=8000 (the port is --port) was ignored without a word. A name is exempt
+    only with the value the kubelet writes for it (kubernetes/kubernetes
+    pkg/kubelet/envvars/envvars.go: FromServices writes the ClusterIP and port numbers,
+    makeLinkVariables "<proto>://<ip>:<port>", the protocol in lower case, the ClusterIP)."""
+    warned = fm_settings.unknown_variable_warnings({name: value})
+    assert len(warned) == 1 and warned[0].startswith(f"{name} is not a FleetMind setting"), warned
+    assert warned[0].count(value) == name.count(value)  # the value is never shown
+
+
+def test_names_compare_in_lower_case_as_pydantic_settings_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pydantic-settings lower-cases names (pydantic_settings/sources/utils.py _get_env_var_key:
+    key.lower()); the checks upper-cased them, which disagrees where a letter has no round trip:
+    the Kelvin sign (U+212A) lower-cases to k but upper-cases to itself, the long s (U+017F)
+    upper-cases to S but lower-cases to itself."""
+    kelvin, long_s = "FLEETMIND_\u212aEEP_WARM_S", "FLEETMIND_\u017fLO_ALERTS"
+    monkeypatch.setenv(kelvin, "42")
+    monkeypatch.setenv(long_s, "CheckoutSLOBurn")
+    assert Settings().keep_warm_s == 42  # pydantic-settings reads the Kelvin spelling...
+    assert Settings().slo_alert_names() == frozenset()  # ...and ignores the long s one
+    assert fm_settings.env_value("FLEETMIND_KEEP_WARM_S") == "42"
+    assert fm_settings.env_value("FLEETMIND_SLO_ALERTS") is None
+    warned = fm_settings.unknown_variable_warnings({kelvin: "42", long_s: "CheckoutSLOBurn"})
+    assert warned == [
+        f"{long_s} is not a FleetMind setting and is ignored (did you mean FLEETMIND_SLO_ALERTS?)"
+    ]
 
 
 @pytest.mark.parametrize("spelling", ["FLEETMIND_PROMETHEUS_URL", "fleetmind_prometheus_url"])
@@ -176,3 +262,38 @@ def test_doctor_reads_the_telemetry_cluster_in_any_case(monkeypatch: pytest.Monk
     monkeypatch.setenv("fleetmind_telemetry_cluster", "gpu-east")
     assert main(["doctor", "--prometheus", "http://127.0.0.1:9"]) == 0
     assert seen == ["gpu-east"]
+
+
+def test_doctor_reads_prometheus_files_headers_and_graph_in_any_case(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diagnose read FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE, _HEADERS, _CA_FILE and FLEETMIND_GRAPH
+    case-sensitively, the service not: with lower-case names the doctor queried Prometheus without
+    the tenant header and token the service sends."""
+    from fleetmind.serving.telemetry import doctor
+
+    seen: dict[str, Any] = {}
+
+    class Source:
+        def __init__(self, url: str, **kwargs: Any) -> None:
+            seen.update(kwargs)
+
+        def close(self) -> None:
+            pass
+
+    def graph_findings(src: Any, graph: str | None) -> list[Any]:
+        seen["graph"] = graph
+        return []
+
+    monkeypatch.setattr(doctor, "PrometheusApiSource", Source)
+    monkeypatch.setattr(doctor, "_diagnose", lambda src: [])
+    monkeypatch.setattr(doctor, "graph_findings", graph_findings)
+    monkeypatch.setenv("fleetmind_prometheus_bearer_token_file", str(tmp_path / "token"))
+    monkeypatch.setenv("fleetmind_prometheus_headers", "X-Scope-OrgID=team-a")
+    monkeypatch.setenv("Fleetmind_Prometheus_Ca_File", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("fleetmind_graph", str(tmp_path / "graph.json"))
+    assert doctor.diagnose("http://127.0.0.1:9") == []
+    assert seen["bearer_token_file"] == str(tmp_path / "token")
+    assert seen["headers"] == {"X-Scope-OrgID": "team-a"}
+    assert seen["ca_file"] == str(tmp_path / "ca.pem")
+    assert seen["graph"] == str(tmp_path / "graph.json")

@@ -33,7 +33,7 @@ from fleetmind.data.graph import DependencyGraph, instance_address
 from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.health import REPLICA_LABELS
-from fleetmind.serving.settings import Settings, parse_prometheus_headers
+from fleetmind.serving.settings import Settings, env_value, parse_prometheus_headers
 from fleetmind.serving.telemetry.prometheus import (
     _GPU_KEY,
     DEFAULT_MAX_AGE_S,
@@ -124,10 +124,10 @@ def diagnose(
     if max_age_s is None:
         max_age_s = _env_setting("telemetry_max_age_s", DEFAULT_MAX_AGE_S)
     bearer_token_file = (
-        bearer_token_file or os.environ.get("FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE") or None
+        bearer_token_file or env_value("FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE") or None
     )
     if headers is None:
-        headers = os.environ.get("FLEETMIND_PROMETHEUS_HEADERS")
+        headers = env_value("FLEETMIND_PROMETHEUS_HEADERS")
     try:
         header_map = parse_prometheus_headers(headers, bearer_token_file, url)
     except ValueError as err:  # the service's own check; its message never quotes a value
@@ -139,11 +139,11 @@ def diagnose(
         ttl_s=0.0,
         max_age_s=max_age_s,
         bearer_token_file=bearer_token_file,
-        ca_file=ca_file or os.environ.get("FLEETMIND_PROMETHEUS_CA_FILE") or None,
+        ca_file=ca_file or env_value("FLEETMIND_PROMETHEUS_CA_FILE") or None,
         headers=header_map,
     )
     try:
-        return _diagnose(src) + graph_findings(src, graph or os.environ.get("FLEETMIND_GRAPH"))
+        return _diagnose(src) + graph_findings(src, graph or env_value("FLEETMIND_GRAPH"))
     finally:
         src.close()
 
