@@ -251,3 +251,88 @@ def test_real_prometheus_host_network_hostname(prometheus_of: Callable[[str, str
         src.close()
     assert [(n.name, n.cpu_milli) for n in nodes] == [(EKS_NODE, 96000)]
     assert [(g.free_milli, g.healthy) for g in nodes[0].gpus] == [(0, True)] + [(1000, True)] * 3
+
+
+# ------------------------------------------------------------------ blank FB_FREE, no Hostname
+DCGM_BLANK = 9223372036854775794
+"""DCGM's blank int64 (``DCGM_INT64_BLANK``, ``dcgm_structs.h`` of NVIDIA/DCGM): a field the GPU
+cannot report; dcgm-exporter exports it as the sample's value."""
+
+
+def _blank_fb_free(text: str) -> str:
+    """``text`` with every ``DCGM_FI_DEV_FB_FREE`` sample at DCGM's blank value."""
+    return "\n".join(
+        ln.rsplit(" ", 1)[0] + f" {DCGM_BLANK}" if ln.startswith("DCGM_FI_DEV_FB_FREE{") else ln
+        for ln in text.splitlines()
+    )
+
+
+@pytest.mark.parametrize("blank", [True, False], ids=["blank-fb-free", "no-fb-free"])
+def test_doctor_and_service_agree_on_unknown_memory(
+    blank: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exported FB_FREE at DCGM's blank value is a GPU that cannot report, not a counters CSV
+    without FB_FREE: neither the service's log nor the doctor asks to add the field, and the idle
+    GPUs have nothing free. Before: the doctor said "export DCGM_FI_DEV_FB_USED but not
+    DCGM_FI_DEV_FB_FREE ... Add DCGM_FI_DEV_FB_FREE" for the blank one too, the log did not."""
+    monkeypatch.setattr(prom_mod, "_WARNED_MEMORY", set(), raising=False)
+    text = dcgm_text("Hostname", "gpu-a", GPUS)
+    text = _blank_fb_free(text) if blank else _without(text, "DCGM_FI_DEV_FB_FREE")
+    with caplog.at_level(logging.WARNING, logger=prom_mod.__name__):
+        nodes = parse_dcgm(text, "prod", "gpu-a")
+    logged = [r.getMessage() for r in caplog.records if "FB_FREE" in r.getMessage()]
+    found = _unknown_memory(FleetSnapshot("prometheus", nodes, 0.0))
+    (n,) = nodes
+    assert [g.memory_unknown for g in n.gpus] == [not blank] * 4
+    assert len(found) == len(logged) == (0 if blank else 1), (found, logged)
+    assert [g.free_milli for g in n.gpus] == ([0] * 4 if blank else [0, 1000, 1000, 1000])
+
+
+def test_blank_fb_free_with_fb_total_leaves_nothing_free() -> None:
+    """A blank FB_FREE beside an exported FB_TOTAL: the framebuffer is not read, so nothing is free
+    (docs/serving/cluster.md: a blank framebuffer leaves the GPU with nothing free). Before:
+    ``(1000, 81559.0)``, the GPU fully free on a total alone."""
+    lab = {"gpu": "0", "UUID": "GPU-x-0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "x"}
+    samples = [("DCGM_FI_DEV_FB_USED", lab, 500.0), ("DCGM_FI_DEV_FB_FREE", lab, float(DCGM_BLANK)),
+               ("DCGM_FI_DEV_FB_TOTAL", lab, 81559.0), ("DCGM_FI_DEV_GPU_UTIL", lab, 0.0)]  # fmt: skip
+    (n,) = build_nodes(samples, [], "prod")
+    assert _states(n) == [(0, 0, None)]
+    assert not n.gpus[0].memory_unknown
+
+
+def _no_hostname(samples: list[Sample]) -> list[Sample]:
+    """``samples`` as dcgm-exporter ``--no-hostname`` (``-n``) exports them: no ``Hostname``."""
+    return [
+        (name, {k: v for k, v in lab.items() if k != "Hostname"}, v) for name, lab, v in samples
+    ]
+
+
+def test_no_hostname_goes_to_the_exporter_pods_node_else_the_address() -> None:
+    """dcgm-exporter ``-n``: the target's exporter pod's node where ``kube_pod_info`` places it,
+    else (no such pod) the scrape target's address, as docs/serving/cluster.md says."""
+    dcgm = _no_hostname(_host_network_dcgm())
+    assert [n.name for n in build_nodes(dcgm, _eks_ksm(), "prod")] == [EKS_NODE]
+    unplaced = [s for s in _eks_ksm() if s[0] != "kube_pod_info"]
+    read = {n.name for n in build_nodes(dcgm, unplaced, "prod") for g in n.gpus if not g.missing}
+    assert read == {"10.0.1.5"}  # the node's 4 GPUs stay placeholders: not read
+
+
+@pytest.mark.external
+def test_real_prometheus_no_hostname_doctor_says_so(
+    prometheus_of: Callable[[str, str], str],
+) -> None:
+    """dcgm-exporter ``-n`` on node ``gpu-a``: the service places the GPUs on the exporter pod's
+    node, and the doctor's layout check says the series carry no Hostname rather than calling a
+    Hostname no node. Before: "'Hostname' is no node: an exporter pod's name ..." alone."""
+    text = dcgm_text("Hostname", "gpu-a", GPUS).replace(',Hostname="gpu-a"', "")
+    assert "Hostname" not in text
+    url = prometheus_of(text, _ksm_text("gpu-a"))
+    src = PrometheusApiSource(url, default_cluster="prod")
+    try:
+        assert [n.name for n in src.collect().nodes] == ["gpu-a"]
+    finally:
+        src.close()
+    layout = [f.message for f in diagnose(url, timeout_s=5, cluster="prod") if f.check == "layout"]
+    named = [m for m in layout if "kube_pod_info" in m and "GPU nodes named" in m]
+    assert len(named) == 1, layout
+    assert "4 series, 4 with no Hostname at all: dcgm-exporter -n)" in named[0], named

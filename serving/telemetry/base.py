@@ -64,6 +64,10 @@ class GpuState:
     pod restarting or paused for a driver upgrade: allocatable 0), so Kubernetes will not allocate
     it while that lasts; shown unhealthy with nothing free
     (:func:`~fleetmind.serving.telemetry.prometheus.mark_unallocatable_gpus`)."""
+    memory_unknown: bool = False
+    """Its exporter exports ``DCGM_FI_DEV_FB_USED`` but neither ``DCGM_FI_DEV_FB_FREE`` (not even
+    DCGM's blank value) nor ``DCGM_FI_DEV_FB_TOTAL``: a counters CSV (``-f``) without them, so the
+    framebuffer's size is unknown and, with no pod on it, the GPU is free by utilisation alone."""
 
 
 @dataclass

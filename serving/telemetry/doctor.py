@@ -253,14 +253,11 @@ def _unknown_memory(snap: Any) -> list[Finding]:
     """A warning naming the nodes whose GPUs report framebuffer used (``DCGM_FI_DEV_FB_USED``) but
     no size (neither ``DCGM_FI_DEV_FB_FREE`` nor ``DCGM_FI_DEV_FB_TOTAL``): a dcgm-exporter ``-f``
     counters CSV without FB_FREE, which the fleet-wide ``metrics`` check misses where other nodes
-    export it. Their GPUs count free by utilisation and pods alone."""
+    export it. Their GPUs count free by utilisation and pods alone. The GPUs are those the service
+    marks (``GpuState.memory_unknown``), as it logs them: an exported ``DCGM_FI_DEV_FB_FREE`` with
+    DCGM's blank value is a GPU that cannot report, not a CSV without the field."""
     nodes = sorted(
-        {
-            f"{n.cluster}/{n.name}"
-            for n in snap.nodes
-            for g in n.gpus
-            if g.mem_used_mib is not None and g.mem_total_mib is None
-        }
+        {f"{n.cluster}/{n.name}" for n in snap.nodes for g in n.gpus if g.memory_unknown}
     )
     if not nodes:
         return []
@@ -597,9 +594,10 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
     """How the service named each GPU series' node (the service's own rule, :func:`_node_name`,
     on :data:`NAMING`'s label sets, checked against ``snap``, the snapshot it would serve), not
     merely which labels exist: ``node``/``kubernetes_node``; ``Hostname``/``hostname``; the exporter
-    pod's node from ``kube_pod_info`` (a ``Hostname`` that is an exporter pod's name, or that
-    several targets share); else the scrape target's address (``instance``: no ``node`` label, and
-    a ``Hostname`` that is missing or an exporter pod name nothing places), a warning where
+    pod's node from ``kube_pod_info`` (a ``Hostname`` that is an exporter pod's name, one that
+    several targets share, a host name that is no node, or no ``Hostname`` at all); else the scrape
+    target's address (``instance``: no ``node`` label, and a ``Hostname`` that is missing or an
+    exporter pod name, where ``kube_pod_info`` places no pod of the target), a warning where
     kube-state-metrics names no such node (kube-scheduler's node names match an address only
     where targets are addressed by node name)."""
     names = {(n.cluster, n.name) for n in snap.nodes if n.gpus}
@@ -608,6 +606,7 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
     used: dict[str, int] = {}
     by_address: dict[str, set[str]] = {}
     unmatched = False
+    hostless = 0  # series named from kube_pod_info that carry no Hostname at all
     naming = NAMING.format(series=fresh("DCGM_FI_DEV_FB_USED", src.max_age_s))
     for _, lab, v in src.query(naming, "count"):
         cluster = lab.get("cluster") or src.default_cluster
@@ -628,7 +627,9 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
         if label == "instance":
             by_address.setdefault(address or name, set()).add(host)
             unmatched |= (cluster, address or name) not in known
-        used[label] = used.get(label, 0) + _as_count(v, naming)
+        count = _as_count(v, naming)
+        hostless += count if label == KSM_NAMED and not host else 0
+        used[label] = used.get(label, 0) + count
     out = []
     for label, n in used.items():
         if label == KSM_NAMED:
@@ -636,7 +637,8 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
                 "GPU nodes named by their exporter pod's node from kube_pod_info ('Hostname' "
                 "is no node: an exporter pod's name, one that several targets share, or the OS "
                 "host name of an exporter on hostNetwork where the kubelet's --hostname-override "
-                f"names the node otherwise; {n} series)"
+                f"names the node otherwise; {n} series"
+                + (f", {hostless} with no Hostname at all: dcgm-exporter -n)" if hostless else ")")
             )
             out.append(Finding("ok", "layout", why))
         elif label != "instance":

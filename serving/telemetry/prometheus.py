@@ -2072,7 +2072,7 @@ def _warn_unknown_memory(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> No
     size is unknown (``mem_total_mib`` ``None``), and such a GPU no pod holds counts free when its
     utilisation is under :data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`."""
     for (cluster, host, _), g in gpus.items():
-        if "used" not in g or {"free", "free_blank", "total"} & g.keys():
+        if not _memory_unknown(g):
             continue
         if (cluster, host) in _WARNED_MEMORY:
             continue
@@ -2088,6 +2088,12 @@ def _warn_unknown_memory(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> No
         )
 
 
+def _memory_unknown(g: dict[str, Any]) -> bool:
+    """Whether the DCGM record ``g`` has ``DCGM_FI_DEV_FB_USED`` but no ``DCGM_FI_DEV_FB_FREE``
+    series (not even a blank one) and no ``DCGM_FI_DEV_FB_TOTAL``: a counters CSV without them."""
+    return "used" in g and not {"free", "free_blank", "total"} & g.keys()
+
+
 def _gpu_state(
     g: dict[str, Any], idx: int, healthy: bool, share: int | None, replicas: int = 1
 ) -> GpuState:
@@ -2096,7 +2102,12 @@ def _gpu_state(
     ``(namespace/pod, vgpu)`` pairs, one per replica held (``vgpu`` is ``""`` outside
     ``--kubernetes-virtual-gpus``: one per pod)."""
     used, free = g.get("used"), g.get("free")
-    total = used + free if used is not None and free is not None else g.get("total")
+    # a blank FB_FREE (DCGM's no-reading value) leaves the size unknown, whatever FB_TOTAL says
+    total = (
+        used + free
+        if used is not None and free is not None
+        else (None if "free_blank" in g else g.get("total"))
+    )
     if total is not None and not math.isfinite(total):
         total = None  # two finite readings that sum past the float range: no reading
     util = g.get("util")
@@ -2114,7 +2125,7 @@ def _gpu_state(
         # upper bound, and kube-scheduler still refuses a node whose allocatable nvidia.com/gpu
         # replicas are all requested.
         free_milli = max(0, replicas - len(g["pods"])) * 1000 // replicas
-    elif total is None and used is not None and util is not None and "free_blank" not in g:
+    elif _memory_unknown(g) and util is not None:
         # a counters CSV without FB_FREE (nor FB_TOTAL): the framebuffer's size is not known, so
         # a GPU no pod holds is free when idle by utilisation alone (see _warn_unknown_memory)
         free_milli = 1000 if util < IDLE_UTIL_PCT else 0
@@ -2135,6 +2146,7 @@ def _gpu_state(
         healthy=healthy,
         mig_parent=g.get("parent"),
         share_milli=share,
+        memory_unknown=_memory_unknown(g),
     )
 
 
