@@ -36,6 +36,7 @@ import pytest
 import yaml
 from alertmanager_helpers import SHIPPED, Receiver, running_alertmanager, shipped_config
 from serving_helpers import wait_for
+from test_alertmanager_default_inhibit import UPSTREAM_RULES
 
 # kube-prometheus-stack's alertmanager.config as its values.yaml ships it
 # (prometheus-community/helm-charts charts/kube-prometheus-stack/values.yaml; the inhibit rules are
@@ -43,25 +44,7 @@ from serving_helpers import wait_for
 # matchers). The file sets no inhibit_rules, so Helm keeps these.
 CHART_CONFIG: dict[str, Any] = {
     "global": {"resolve_timeout": "5m"},
-    "inhibit_rules": [
-        {
-            "source_matchers": ["severity = critical"],
-            "target_matchers": ["severity =~ warning|info"],
-            "equal": ["namespace", "alertname"],
-        },
-        {
-            "source_matchers": ["severity = warning"],
-            "target_matchers": ["severity = info"],
-            "equal": ["namespace", "alertname"],
-        },
-        {
-            "source_matchers": ["alertname = InfoInhibitor"],
-            "target_matchers": ["severity = info"],
-            "equal": ["namespace"],
-        },
-        # no source matchers: every other firing alert (Watchdog always) inhibits InfoInhibitor
-        {"target_matchers": ["alertname = InfoInhibitor"]},
-    ],
+    "inhibit_rules": UPSTREAM_RULES,  # the chart's four, pinned in that test
     "route": {
         "group_by": ["namespace"],
         "group_wait": "30s",

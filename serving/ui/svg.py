@@ -575,6 +575,18 @@ def _drawing_text(
     )
 
 
+def _tree_children(
+    depth: Mapping[str, int], edges: Sequence[tuple[str, str, str]]
+) -> tuple[str, dict[str, list[tuple[str, str]]]]:
+    """The tree's root (the node of least ``depth``) and each node's ``(child, edge kind)`` list
+    from ``edges`` ``(parent, child, kind)``, in their order: shared by the drawing and its text."""
+    root = min(depth, key=lambda n: depth[n])
+    children: dict[str, list[tuple[str, str]]] = {}
+    for a, b, k in edges:
+        children.setdefault(a, []).append((b, k))
+    return root, children
+
+
 def tree_text(
     depth: Mapping[str, int],
     edges: Sequence[tuple[str, str, str]],
@@ -593,10 +605,7 @@ def tree_text(
     nodes not explained, each id whole). Empty when ``depth`` is."""
     if not depth:
         return ""
-    root = min(depth, key=lambda n: depth[n])
-    children: dict[str, list[tuple[str, str]]] = {}
-    for a, b, k in edges:
-        children.setdefault(a, []).append((b, k))
+    root, children = _tree_children(depth, edges)
     bold = set(zip(highlight, highlight[1:], strict=False))
     steps: list[tuple[str, str, str, bool]] = []
     stack: list[tuple[str, str, str]] = [(root, "", "")]
@@ -664,10 +673,7 @@ def tree_svg(
     """
     if not depth:
         return ""
-    root = min(depth, key=lambda n: depth[n])
-    children: dict[str, list[tuple[str, str]]] = {}
-    for a, b, k in edges:
-        children.setdefault(a, []).append((b, k))
+    root, children = _tree_children(depth, edges)
     order: dict[str, float] = {root: 0.0}
     layers: list[list[str]] = [[root]]
     while True:
