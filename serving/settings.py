@@ -215,8 +215,9 @@ def alert_names(value: str) -> frozenset[str]:
     Raises:
         ValueError: one line: a value starting with ``[`` that parses as JSON but not as an array
             of strings; a comma-separated name that is a piece of an array cut at its commas
-            (:data:`_CUT_ARRAY_PIECE`) or wholly in double quotes (``"Watchdog","InfoInhibitor"``);
-            either would match no alert.
+            (:data:`_CUT_ARRAY_PIECE`) or wholly in double quotes (``"Watchdog","InfoInhibitor"``),
+            or an unquoted bracketed list (``[Watchdog, InfoInhibitor]``); each would match no
+            alert.
     """
     import json
 
@@ -235,6 +236,21 @@ def alert_names(value: str) -> frozenset[str]:
         raise ValueError(
             "is not a JSON array of strings, yet a name is a piece of a quoted array cut at "
             "its commas (it starts with [\" or [' or ends with \"] or ']) and would match no "
+            'alert: give a JSON array (["Watchdog","InfoInhibitor"]) or names separated by '
+            "commas (Watchdog,InfoInhibitor)"
+        )
+    first, last = names[0], names[-1]
+    if (
+        len(names) >= 2
+        and first[:1] == "["
+        and "]" not in first
+        and last[-1:] == "]"
+        and "[" not in last
+    ):
+        # [Watchdog, InfoInhibitor]: an unquoted list (YAML flow style written as a string),
+        # whose first and last pieces would match no alert; "[Prod] X,Y" keeps its ] in the first
+        raise ValueError(
+            "is a bracketed list that is not JSON ([a, b] without quotes) and would match no "
             'alert: give a JSON array (["Watchdog","InfoInhibitor"]) or names separated by '
             "commas (Watchdog,InfoInhibitor)"
         )

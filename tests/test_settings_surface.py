@@ -73,6 +73,7 @@ def test_ungrouped_alerts_as_a_json_array_or_commas(
         ('[{"name": "Watchdog"}]', "array of strings"),
         ("[3]", "array of strings"),
         ('"Watchdog","InfoInhibitor"', "double quotes"),
+        ("[Watchdog, InfoInhibitor]", "bracketed list"),  # YAML flow style written as a string
     ],
 )
 @pytest.mark.parametrize("variable", ["FLEETMIND_UNGROUPED_ALERTS", "FLEETMIND_SLO_ALERTS"])
@@ -297,3 +298,16 @@ def test_doctor_reads_prometheus_files_headers_and_graph_in_any_case(
     assert seen["headers"] == {"X-Scope-OrgID": "team-a"}
     assert seen["ca_file"] == str(tmp_path / "ca.pem")
     assert seen["graph"] == str(tmp_path / "graph.json")
+
+
+def test_doctor_reads_its_numeric_settings_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doctor's own settings (the max age of its telemetry queries, ...) went through an
+    exact-case lookup: a lower-case value the service refuses was ignored by the doctor."""
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.serving.telemetry import doctor
+
+    monkeypatch.setenv("fleetmind_telemetry_max_age_s", "-5")
+    with pytest.raises(ConfigError, match="FLEETMIND_TELEMETRY_MAX_AGE_S"):
+        doctor._env_setting("telemetry_max_age_s", 120.0)
+    monkeypatch.setenv("fleetmind_telemetry_max_age_s", "30")
+    assert doctor._env_setting("telemetry_max_age_s", 120.0) == 30.0

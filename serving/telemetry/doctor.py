@@ -24,7 +24,6 @@ Returns the findings; :func:`has_errors` says whether any is an ``error``.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
@@ -160,7 +159,7 @@ def _env_setting(field: str, default: float) -> float:
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     name = f"FLEETMIND_{field.upper()}"
-    raw = os.environ.get(name, "").strip()
+    raw = (env_value(name) or "").strip()  # any case, as the settings read it
     if not raw:
         return default
     info = Settings.model_fields[field]
