@@ -308,7 +308,7 @@ def _connection_text(err: Exception, timeout: float) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
-    argtypes.refuse_stdout(args.out, "--out")  # "-": a one-line error, not a file ./-
+    argtypes.refuse_stdout(args.out, "--out", no_json=True)  # "-": one line, not a file ./-
     from fleetmind.data.files import require_dir
     from fleetmind.data.graph import DependencyGraph
     from fleetmind.data.graph_build import (

@@ -148,7 +148,7 @@ _KNOBS = (
 
 
 def _generate(args: argparse.Namespace) -> int:
-    argtypes.refuse_stdout(args.out, "--out")  # "-": a one-line error, not a folder ./-
+    argtypes.refuse_stdout(args.out, "--out", no_json=True)  # "-": one line, not a folder ./-
     from dataclasses import replace
 
     from tqdm import tqdm

@@ -168,19 +168,28 @@ def check_creatable(path: Path, flag: str) -> None:
 
 
 def refuse_stdout(
-    path: str | os.PathLike[str] | None, flag: str, *, stdout_without: bool = False
+    path: str | os.PathLike[str] | None,
+    flag: str,
+    *,
+    stdout_without: bool = False,
+    no_json: bool = False,
 ) -> None:
     """Refuse ``-`` (:data:`STDOUT`) as the value of the output option ``flag`` when ``flag`` is
     not ``--json``: only ``--json -`` writes to stdout; any other output would make a file named
     ``-`` in the working folder and print nothing, where its help promised stdout. Nothing for
     ``--json``, for another path, or for an empty ``flag`` (an ``argparse`` type, which does not
     know its option: :func:`output_file`). ``stdout_without``: the command writes to stdout when
-    ``flag`` is left out (``graph schema``), which the message says instead.
+    ``flag`` is left out (``graph schema``), which the message says instead; ``no_json``: the
+    command has no ``--json`` (``graph build``, ``rca generate``) and writes nothing to stdout.
 
     Raises:
         ConfigError: one line naming ``flag`` and how to name a file ``-`` (``./-``).
     """
     if flag and flag != "--json" and is_stdout(path):
+        if no_json:
+            raise ConfigError(
+                f"{flag} -: this command writes nothing to stdout; give ./- to name it -"
+            )
         way = (
             f"leave out {flag} to write to stdout"
             if stdout_without

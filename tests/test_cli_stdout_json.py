@@ -121,11 +121,15 @@ def test_dash_for_another_output_is_one_error_line() -> None:
     argtypes.refuse_stdout("-", "")  # an argparse type does not know its option: unchanged
 
 
-ONLY_JSON = "only --json writes to stdout"
+ONLY_JSON = "only --json writes to stdout; give ./- for a file named -"
+NO_JSON = "this command writes nothing to stdout; give ./- to name it -"
 DASH_OUT = {  # argv, how the error says to reach stdout
-    "graph schema": (["graph", "schema", "--out", "-"], "leave out --out to write to stdout"),
-    "graph build": (["graph", "build", "--from-dir", ".", "--out", "-"], ONLY_JSON),
-    "rca generate": (["rca", "generate", "--incidents", "3", "--out", "-"], ONLY_JSON),
+    "graph schema": (
+        ["graph", "schema", "--out", "-"],
+        "leave out --out to write to stdout; give ./- for a file named -",
+    ),
+    "graph build": (["graph", "build", "--from-dir", ".", "--out", "-"], NO_JSON),
+    "rca generate": (["rca", "generate", "--incidents", "3", "--out", "-"], NO_JSON),
     "fleet discover": (["fleet", "discover", "--out", "-", "--json", "-"], ONLY_JSON),
     "sched search-teacher": (
         ["sched", "search-teacher", "--trace", "default", "--out", "-"],
@@ -138,9 +142,7 @@ DASH_OUT = {  # argv, how the error says to reach stdout
 def test_out_dash_is_refused_not_a_silent_file(tmp_path: Path, argv: list[str], way: str) -> None:
     proc = _fleetmind(argv, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines()[-1] == (
-        f"fleetmind: error: --out -: {way}; give ./- for a file named -"
-    )
+    assert proc.stderr.splitlines()[-1] == (f"fleetmind: error: --out -: {way}")
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert not (tmp_path / "-").exists()
 
