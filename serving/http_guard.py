@@ -470,7 +470,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             longest[1]._cut_body(b"request body stalled; closed to make room for a new connection")
             return
         self._cancel_header_timer()
-        _plain_answer(self.transport, b"503 Service Unavailable", b"too many connections")
+        _plain_answer(
+            self.transport,
+            b"503 Service Unavailable",
+            b"too many connections",
+            extra=self._default_headers(),
+        )
 
 
 def server_options(settings: Settings) -> dict[str, Any]:

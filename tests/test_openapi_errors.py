@@ -258,6 +258,7 @@ def _stalled(path: str) -> bytes:
 def test_a_stalled_api_body_gets_a_json_408(guard_port: int) -> None:
     status, headers, body = _exchange(guard_port, _stalled("/api/v1/rca"))
     assert status == 408
+    assert "date" in headers and headers.get("server") == "uvicorn", headers  # RFC 9110 6.6.1
     assert headers["content-type"] == "application/json"
     assert int(headers["content-length"]) == len(body)
     ErrorOut.model_validate_json(body)
@@ -275,6 +276,7 @@ def test_431_is_json_under_the_api_only(guard_port: int, path: str, is_json: boo
     head = f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Pad: {'p' * 5000}\r\n\r\n".encode()
     status, headers, body = _exchange(guard_port, head)
     assert status == 431
+    assert "date" in headers and headers.get("server") == "uvicorn", headers  # RFC 9110 6.6.1
     if is_json:
         assert headers["content-type"] == "application/json"
         assert "larger than 4096 bytes" in ErrorOut.model_validate_json(body).detail
