@@ -169,9 +169,9 @@ def _check_store(uri: str | None, variable: str) -> None:
     """Refuse ``uri`` when it is a local SQLite store whose file does not exist: MLflow would
     create it, schema and all (about 1 MB), in the working directory of a caller that merely
     forgot ``MLFLOW_TRACKING_URI`` (its default is ``sqlite:///mlflow.db``), and then report the
-    model as not registered. The path is percent-decoded as SQLAlchemy does (MLflow's own
-    ``path_to_local_sqlite_uri`` writes a space as ``%20``); ``variable`` is the environment
-    variable the message names.
+    model as not registered. The path is percent-decoded as SQLAlchemy does (older releases of
+    MLflow's own ``path_to_local_sqlite_uri`` wrote a space as ``%20``); ``variable`` is the
+    environment variable the message names.
 
     Raises:
         ModelLoadError: ``no MLflow registry at <absolute path>; set <variable>``.

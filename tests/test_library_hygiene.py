@@ -13,10 +13,11 @@
 * Scoring with a GAT model does not import Lightning (2.3 s and 85 MiB; its ``rich`` draws from
   Python's global ``random`` at import).
 * A ``models:/`` URI with no tracking store configured is a one-line error, and MLflow's default
-  ``sqlite:///mlflow.db`` is not created in the working directory. A store is found at the
-  percent-encoded URI MLflow itself writes (``path_to_local_sqlite_uri``,
-  mlflow/utils/file_utils.py: a space is ``%20``), and a ``models:/`` URI needs only the registry
-  store (``MLFLOW_REGISTRY_URI``), not the tracking one.
+  ``sqlite:///mlflow.db`` is not created in the working directory. A store in a folder with a
+  space is found at its percent-encoded URI (``%20``, as older releases of
+  ``path_to_local_sqlite_uri`` in mlflow/utils/file_utils.py wrote it) and at its raw one (as
+  MLflow 3.18 writes it), and a ``models:/`` URI needs only the registry store
+  (``MLFLOW_REGISTRY_URI``), not the tracking one.
 """
 
 from __future__ import annotations
@@ -232,19 +233,24 @@ def test_loading_a_fitted_model_keeps_the_callers_random_sequence(tmp_path: Path
     assert _draws(lambda: FittedGATAnalyzer.load(tmp_path / "m")) == _draws()
 
 
-def _register(folder: Path) -> str:
+def _register(folder: Path, *, encoded: bool = True) -> str:
     """Register the shipped GAT model as ``fleetmind-rca`` version 1 in a new SQLite store in
-    ``folder``; returns the store's URI as MLflow writes it (percent-encoded)."""
+    ``folder``; returns the store's URI, its path percent-encoded (as older MLflow releases wrote it
+    and as a URL-minded user types it) or raw (as MLflow 3.18's ``path_to_local_sqlite_uri``
+    writes it). MLflow opens the same file from either spelling."""
+    from urllib.parse import quote
+
     import mlflow
-    from mlflow.utils.file_utils import path_to_local_sqlite_uri
 
     from fleetmind.data.paths import MODELS_DIR
 
     folder.mkdir(parents=True)
-    uri = path_to_local_sqlite_uri(str(folder / "mlflow.db"))
+    path = str(folder / "mlflow.db")
+    uri = "sqlite:///" + (quote(path) if encoded else path)
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.create_registered_model("fleetmind-rca")
     client.create_model_version("fleetmind-rca", (MODELS_DIR / "rca").as_uri())
+    assert (folder / "mlflow.db").is_file()
     return uri
 
 
@@ -265,13 +271,14 @@ def no_mlflow_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     mlflow.set_registry_uri(None)
 
 
+@pytest.mark.parametrize("encoded", [True, False], ids=["percent-encoded", "raw"])
 def test_a_store_in_a_folder_with_a_space_is_found(
-    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    no_mlflow_uris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoded: bool
 ) -> None:
     from fleetmind.rca.gat_analyzer import load_model
 
-    uri = _register(tmp_path / "my models")
-    assert "%20" in uri
+    uri = _register(tmp_path / "my models", encoded=encoded)
+    assert ("%20" in uri) is encoded
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     _, meta, version = load_model("models:/fleetmind-rca/1")
     assert version == "fleetmind-rca/1" and meta["format"]
