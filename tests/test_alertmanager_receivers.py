@@ -1,5 +1,5 @@
-"""What PagerDuty and Opsgenie get from ``deploy/alertmanager.yml`` when FleetMind's root cause
-changes, in a real Alertmanager (0.25).
+"""What PagerDuty, Opsgenie and Slack get from ``deploy/alertmanager.yml`` when FleetMind's root
+cause changes, in a real Alertmanager (0.25).
 
 FleetMind resolves the old ``FleetMindRootCause`` alert and fires the new one when an incident's
 root cause or its severity changes (``serving/notify.py``). Alertmanager sends one notification per
@@ -10,16 +10,22 @@ the new cause's trigger reused the withdrawn cause's ``dedup_key`` (landing in i
 incident, titled with the old cause), and a warning went to the paging receiver. The shipped route
 groups by ``cause_node`` and ``severity`` too and sends a warning to the channel receiver.
 
-The receivers are the shipped file's commented PagerDuty and Opsgenie examples, uncommented and
-pointed at a local recorder that answers as the Events API v2 and Opsgenie's Alert API do (202,
+The receivers are the shipped file's commented PagerDuty, Opsgenie and Slack examples, uncommented
+and pointed at a local recorder that answers as the Events API v2 and Opsgenie's Alert API do (202,
 https://developer.pagerduty.com/docs/events-api-v2/trigger-events/,
-https://docs.opsgenie.com/docs/alert-api). The alerts are built by FleetMind's notifier code.
+https://docs.opsgenie.com/docs/alert-api; Alertmanager 0.25's Slack notifier takes any 2xx,
+``notify/slack/slack.go``). The alerts are built by FleetMind's notifier code. Alertmanager's
+defaults, which the examples replace for ``FleetMindRootCause`` only, are upstream
+``template/default.tmpl`` (``slack.default.text`` empty, ``slack.default.titlelink`` and
+``pagerduty.default.clientURL`` Alertmanager's own URL); Opsgenie makes an alert without
+``priority`` P3 (its Alert API, Create Alert).
 
 Needs the Debian package ``prometheus-alertmanager`` (skipped without it).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -39,6 +45,9 @@ from fleetmind.serving import notify
 
 SHIPPED = REPO_ROOT / "deploy" / "alertmanager.yml"
 PUBLIC_URL = "https://fleetmind.example.org"
+DEFAULT_TMPL = Path("/usr/share/prometheus/alertmanager/default.tmpl")
+"""Alertmanager's default templates as Debian's package installs them (upstream
+``template/default.tmpl``; the binary embeds the same)."""
 
 
 def _accepted(path: str) -> bytes:
@@ -61,16 +70,24 @@ class Recorder(Receiver):
         return self.at("/pd")
 
 
-def example_receiver() -> dict[str, Any]:
-    """The shipped file's commented example of the paging receiver (``oncall``), uncommented."""
-    text = SHIPPED.read_text().split("  - name: oncall\n", 1)[1].split("  - name: team-chat", 1)[0]
+def example_receiver(name: str = "oncall") -> dict[str, Any]:
+    """The shipped file's commented example of receiver ``name`` (the paging ``oncall``, the
+    channel ``team-chat``), uncommented."""
+    text = SHIPPED.read_text().split(f"  - name: {name}\n", 1)[1].split("\n  - name: ", 1)[0]
     block = [ln[6:] for ln in text.splitlines() if ln.startswith("    # ")]
     return yaml.safe_load("\n".join(block))
 
 
+def slack_example() -> dict[str, Any]:
+    """The channel receiver's example Slack integration."""
+    (slack,) = example_receiver("team-chat")["slack_configs"]
+    return slack
+
+
 def _config(tmp_path: Path, hook: str) -> Path:
     """deploy/alertmanager.yml with the example PagerDuty and Opsgenie integrations on ``oncall``
-    and a webhook on the channel receiver, all posting to ``hook``; the root-cause route's
+    and the example Slack integration (``/slack``) and a webhook (``/chat``) on the channel
+    receiver, all posting to ``hook``; the root-cause route's
     group_interval 1 s instead of 1 min and the root's group_wait (the catch-all's) 1 s instead of
     30 s (same semantics, a faster test)."""
     cfg = yaml.safe_load(SHIPPED.read_text())
@@ -82,8 +99,11 @@ def _config(tmp_path: Path, hook: str) -> Path:
     (og,) = paging["opsgenie_configs"]
     og.update(api_key_file=str(tmp_path / "key"), api_url=hook + "/og/")
     receivers["oncall"].update(paging)
-    if "team-chat" in receivers:
-        receivers["team-chat"]["webhook_configs"] = [{"url": hook + "/chat"}]
+    slack = {k: v for k, v in slack_example().items() if k != "api_url_file"}
+    receivers["team-chat"].update(
+        webhook_configs=[{"url": hook + "/chat"}],
+        slack_configs=[{**slack, "api_url": hook + "/slack"}],
+    )
     fm = receivers["fleetmind"]["webhook_configs"][0]
     fm["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "key")
     fm["url"] = hook + "/fleetmind"
@@ -182,6 +202,9 @@ def test_a_changed_cause_opens_its_own_incident_and_closes_the_old(
     assert second["payload"]["summary"] == said_new
     assert said_new == "Root cause of incident 77: c0/gpu/c0-h1-g2 (gpu_xid_error)"
     assert first["payload"]["severity"] == second["payload"]["severity"] == "critical"
+    # ... with a link to FleetMind's incident page (the example's links)
+    page = {"href": f"{PUBLIC_URL}/ui/incidents/77", "text": "FleetMind incident 77"}
+    assert first["links"] == second["links"] == [page]
     # ... and the withdrawn cause's incident is resolved, the new one left open
     assert wait_for(
         lambda: any(
@@ -197,6 +220,7 @@ def test_a_changed_cause_opens_its_own_incident_and_closes_the_old(
     # Opsgenie: two alerts (two aliases) with the causes in words; the old one closed
     created = rec.at("/og/v2/alerts")
     assert {b["message"] for b in created} == {said_old, said_new}
+    assert [b["priority"] for b in created] == ["P1", "P1"]  # critical: not Opsgenie's P3
     assert len({b["alias"] for b in created}) == 2
     (old_alias,) = [b["alias"] for b in created if b["message"] == said_old]
     assert wait_for(lambda: rec.under(f"/og/v2/alerts/{old_alias}/close"), timeout=20)
@@ -267,13 +291,113 @@ def test_an_ordinary_alert_keeps_alertmanagers_defaults(
     assert event["event_action"] == "trigger"
     assert event["payload"]["summary"] == title
     assert event["payload"]["severity"] == "error"
+    # its link is Alertmanager's (as client_url); Opsgenie gets no priority (its default, P3)
+    assert event["links"] == [{"href": event["client_url"], "text": event["client"]}]
+    assert event["client_url"].endswith("/#/alerts?receiver=oncall")
     created = wait_for(lambda: rec.at("/og/v2/alerts"), 20)
     assert [b["message"] for b in created] == [title]
+    assert "priority" not in created[0]
+
+
+def _slack(rec: Recorder, title: str) -> list[dict[str, Any]]:
+    """The Slack attachments posted so far whose title starts with ``title``."""
+    posts = [a for b in rec.at("/slack") for a in b["attachments"]]
+    return [a for a in posts if a["title"].startswith(title)]
+
+
+@pytest.mark.external
+def test_the_channel_names_the_cause_links_the_incident_and_says_why_it_ended(
+    alertmanager: tuple[str, Recorder],
+) -> None:
+    """The Slack example on the channel receiver: a warning root cause's text is its summary and
+    score, its title links FleetMind's incident page; when the cause changes, the withdrawn one's
+    resolved message says "withdrawn: root cause changed" (the incident is still open), and the
+    new cause gets its own message. Alertmanager's defaults were an empty text and a link to
+    Alertmanager's alert list (``template/default.tmpl``)."""
+    url, rec = alertmanager
+    old = root_cause(20, "c0/pod/ml/train-7", "pod_crashloop", "warning")
+    new = root_cause(20, "c0/gpu/c0-h1-g3", "gpu_xid_error", "warning")
+    said_old, said_new = old["annotations"]["summary"], new["annotations"]["summary"]
+    _post(url, old)
+    firing = wait_for(lambda: _slack(rec, "[FIRING:1] FleetMindRootCause c0/pod/"), timeout=20)
+    assert firing, rec.got
+    (message,) = firing
+    assert message["text"] == f"{said_old}, score 0.9100"
+    assert message["title_link"] == f"{PUBLIC_URL}/ui/incidents/20"
+    _post(url, _resolved(old, notify.SUPERSEDED), new)
+    ended = wait_for(lambda: _slack(rec, "[RESOLVED] FleetMindRootCause c0/pod/"), timeout=20)
+    assert ended, rec.got
+    assert ended[0]["text"] == f"{said_old}, score 0.9100; withdrawn: root cause changed"
+    assert ended[0]["title_link"] == f"{PUBLIC_URL}/ui/incidents/20"
+    (fresh,) = wait_for(lambda: _slack(rec, "[FIRING:1] FleetMindRootCause c0/gpu/"), timeout=20)
+    assert fresh["text"] == f"{said_new}, score 0.9100"
+
+
+def _render(tmp_path: Path, text: str, data: dict[str, Any]) -> str:
+    """``text`` rendered by ``amtool template render`` with Alertmanager's default templates on
+    ``data`` (the template data: a webhook body's fields)."""
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.skip("amtool not installed (Debian package prometheus-alertmanager)")
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(data))
+    out = subprocess.run(
+        [
+            amtool,
+            "template",
+            "render",
+            f"--template.glob={DEFAULT_TMPL}",
+            f"--template.data={path}",
+            f"--template.text={text}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def _data(alert: dict[str, Any], status: str = "firing") -> dict[str, Any]:
+    """Template data of a one-alert group to ``team-chat`` (``template/template.go``, ``Data``)."""
+    return {
+        "receiver": "team-chat",
+        "status": status,
+        "alerts": [{**alert, "status": status}],
+        "groupLabels": {"alertname": alert["labels"]["alertname"]},
+        "commonLabels": alert["labels"],
+        "commonAnnotations": alert["annotations"],
+        "externalURL": "http://am.example.org:9093",
+    }
+
+
+def test_slack_example_escapes_the_cause_and_keeps_other_alerts_defaults(tmp_path: Path) -> None:
+    """The Slack example's text escapes ``&``, ``<`` and ``>`` in a cause's id as Slack's mrkdwn
+    wants (https://api.slack.com/reference/surfaces/formatting#escaping: a raw ``<b>`` would read
+    as a link or mention); another alert keeps Alertmanager's defaults: an empty text and
+    Alertmanager's URL as the title link."""
+    slack = slack_example()
+    row = _resolved(
+        root_cause(12, "c0/service/<b>&pay", "service_down", "warning"), "incident closed"
+    )
+    said = row["annotations"]["summary"]
+    assert "<b>&" in said
+    escaped = said.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    ours = _data(notify.Notifier.alertmanager_alert(row), "resolved")
+    assert _render(tmp_path, slack["text"], ours) == (
+        f"{escaped}, score 0.9100; withdrawn: incident closed"
+    )
+    assert _render(tmp_path, slack["title_link"], ours) == f"{PUBLIC_URL}/ui/incidents/12"
+    other = _data(CRASH_LOOPING)
+    assert _render(tmp_path, slack["text"], other) == ""
+    assert _render(tmp_path, slack["title_link"], other) == (
+        "http://am.example.org:9093/#/alerts?receiver=team-chat"
+    )
 
 
 def test_shipped_examples_are_valid_configuration(tmp_path: Path) -> None:
-    """The uncommented PagerDuty and Opsgenie examples pass ``amtool check-config``."""
+    """The uncommented PagerDuty, Opsgenie and Slack examples pass ``amtool check-config``."""
     assert set(example_receiver()) == {"pagerduty_configs", "opsgenie_configs"}
+    assert set(example_receiver("team-chat")) == {"slack_configs"}
     amtool = shutil.which("amtool")
     if amtool is None:
         pytest.skip("amtool not installed (Debian package prometheus-alertmanager)")
