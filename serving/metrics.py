@@ -23,7 +23,12 @@
 ``FleetMindIncidentGroupingLag`` rule's. Its four series (:data:`MODEL_KINDS` x
 :data:`LOAD_RESULTS`) exist at 0 from the start: a series born at 1 on its first failure shows
 ``rate()`` no increase, so the rule would never see it (Prometheus, "Instrumentation: Avoid
-missing metrics").
+missing metrics"). So do the other labelled counters whose label values are known: the
+``status`` series of ``fleetmind_alerts_ingested_total`` (:data:`ALERT_STATUSES`, so the
+dashboard's ingestion rate shows the first resolved alerts), the ``reason`` series of
+``fleetmind_alerts_unmapped_total``, the ``route`` series of
+``fleetmind_http_bodies_too_large_total``, and the ``fleetmind_placements_total`` series of the
+served placement policy (:data:`PLACEMENT_RESULTS`, created as it is loaded).
 
 **Several worker processes** (``fleetmind serve --workers N``): the CLI points
 ``PROMETHEUS_MULTIPROC_DIR`` at an empty directory before uvicorn starts the workers
@@ -89,6 +94,15 @@ MODEL_KINDS = ("rca", "placement")
 """The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
 LOAD_RESULTS = ("success", "failure")
 """The ``result`` label of ``fleetmind_model_loads_total``."""
+ALERT_STATUSES = ("firing", "resolved")
+"""The ``status`` label of ``fleetmind_alerts_ingested_total`` (an Alertmanager alert's status)."""
+PLACEMENT_RESULTS = {
+    "placements": ("placed", "infeasible"),
+    "filter": ("placed", "infeasible", "cpu_only", "passthrough"),
+    "prioritize": ("placed", "infeasible", "cpu_only", "passthrough"),
+}
+"""``path`` -> its ``result`` labels of ``fleetmind_placements_total`` (the placement route's, and
+the kube-scheduler extender's: :func:`fleetmind.serving.scheduler.router._outcome`)."""
 HOLDS_COUNT_S = 2.0
 """Seconds a scrape waits for the scheduler holds count (``fleetmind_scheduler_holds``, a query of
 the database), the same bound as the scrape's readiness check
@@ -651,6 +665,8 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        for status in ALERT_STATUSES:  # at 0 from the start: rate() sees the first alerts
+            self.alerts_ingested.labels(status)
         self.alerts_truncated = Counter(
             "fleetmind_alerts_truncated",
             "alerts Alertmanager left out of its notifications (truncatedAlerts)",
@@ -781,6 +797,7 @@ class Metrics:
 
         In multiprocess mode a series cannot be removed from the worker's file (client_python:
         ``clear`` is not implemented there): the models this worker no longer serves read 0.
+        The placement policy's ``fleetmind_placements_total`` series are created at 0.
         """
         labels = [
             (m.kind, m.method, m.version or "", "true" if m.fallback_reason else "false")
@@ -795,6 +812,9 @@ class Metrics:
         self._model_labels = labels
         for values in labels:
             self.model_info.labels(*values).set(1)
+        for path, results in PLACEMENT_RESULTS.items():  # at 0 from the load on: see rate()
+            for result in results:
+                self.placements.labels(models.placement.method, result, path)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text of ``/metrics`` and its content type."""

@@ -111,6 +111,21 @@ def test_prometheusrule_is_generated_from_the_rules_file() -> None:
     assert rule["spec"]["groups"] == source["groups"]
 
 
+def _dashboard() -> dict[str, Any]:
+    return json.loads((DEPLOY / "grafana" / "fleetmind-dashboard.json").read_text())
+
+
+def _graphs(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's panels that query (its rows only group them)."""
+    return [p for p in dash["panels"] if p["type"] != "row"]
+
+
+def _interpolated(expr: str, rate_interval: str = "1m") -> str:
+    """``expr`` as Grafana sends it, for a parser: ``$__rate_interval`` a duration (Grafana's
+    global variables; the variables in label values are left as they are)."""
+    return expr.replace("$__rate_interval", rate_interval)
+
+
 def _metric_names(node: Any) -> set[str]:
     """Metric names of every vector selector in a parsed PromQL expression (promql-parser AST)."""
     import promql_parser as pp
@@ -127,9 +142,13 @@ def _metric_names(node: Any) -> set[str]:
 
 
 def _exported_series() -> set[str]:
+    from fleetmind.serving.notify import _counter
+
     metrics = Metrics()
-    names = set()
-    for family in metrics.registry.collect():
+    _counter(metrics.registry)  # fleetmind_notifications_total: registered by the notifier
+    metrics.holds_count = lambda: 0  # fleetmind_scheduler_holds: set by the app (build_services)
+    names = {"up"}  # made by Prometheus for every target (docs: "Jobs and instances")
+    for family in [*metrics.registry.collect(), *metrics.process_registry.collect()]:
         names.add(family.name)
         suffixes = {
             "counter": ["_total"],
@@ -143,28 +162,39 @@ def _exported_series() -> set[str]:
 def test_grafana_dashboard_queries_parse_and_name_exported_metrics() -> None:
     import promql_parser
 
-    dash = json.loads((DEPLOY / "grafana" / "fleetmind-dashboard.json").read_text())
+    dash = _dashboard()
     exported = _exported_series()
     assert "fleetmind_rca_duration_seconds_bucket" in exported
     used: set[str] = set()
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
-    for panel in dash["panels"]:
+    for panel in _graphs(dash):
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
-            names = _metric_names(promql_parser.parse(target["expr"]))
+            names = _metric_names(promql_parser.parse(_interpolated(target["expr"])))
             assert names, (panel["title"], target["expr"])
             unknown = names - exported
             assert not unknown, f"panel {panel['title']!r} queries {sorted(unknown)}, not exported"
             used |= names
-    # the four signals operators watch first are all on the dashboard
+    # the four signals operators watch first, and what FleetMind's own alerts page on or an
+    # operator needs beside them (readiness, fallback models, notifications, refused webhooks and
+    # handshakes, alerts without a ranked cause or left out, capacity held), are on the dashboard
     for needed in (
         "fleetmind_alerts_ingested_total",
         "fleetmind_incident_grouping_lag_seconds",
         "fleetmind_rca_duration_seconds_bucket",
         "fleetmind_open_incidents",
+        "fleetmind_ready",
+        "up",
+        "fleetmind_model_info",
+        "fleetmind_notifications_total",
+        "fleetmind_http_bodies_too_large_total",
+        "fleetmind_tls_handshake_failures_total",
+        "fleetmind_alerts_unmapped_total",
+        "fleetmind_alerts_truncated_total",
+        "fleetmind_scheduler_holds",
     ):
-        assert needed in used
+        assert needed in used, needed
     with pytest.raises(ValueError):  # the parser really rejects a broken query
         promql_parser.parse("sum(rate(fleetmind_open_incidents[5m]")
 
@@ -203,11 +233,10 @@ def test_grafana_placements_panel_counts_each_decision_once() -> None:
     every aggregation on the dashboard keeps ``path`` or selects one path."""
     import promql_parser as pp
 
-    dash = json.loads((DEPLOY / "grafana" / "fleetmind-dashboard.json").read_text())
     seen = 0
-    for panel in dash["panels"]:
+    for panel in _graphs(_dashboard()):
         for target in panel["targets"]:
-            parsed = pp.parse(target["expr"])
+            parsed = pp.parse(_interpolated(target["expr"]))
             for agg, sels in _aggregations_over(parsed, "fleetmind_placements_total"):
                 seen += 1
                 mod = agg.modifier
@@ -223,6 +252,292 @@ def test_grafana_placements_panel_counts_each_decision_once() -> None:
                     f"{target['expr']}"
                 )
     assert seen, "no panel shows fleetmind_placements_total"
+
+
+def _stats(dash: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["title"]: p for p in _graphs(dash) if p["type"] == "stat"}
+
+
+def _selectors(node: Any) -> list[Any]:
+    """Every vector selector of a parsed PromQL expression (promql-parser AST)."""
+    import promql_parser as pp
+
+    if isinstance(node, pp.VectorSelector):
+        return [node]
+    out: list[Any] = []
+    for attr in ("args", "expr", "lhs", "rhs", "param", "vector_selector"):
+        child = getattr(node, attr, None)
+        for item in child if isinstance(child, list) else [child]:
+            if item is not None and not isinstance(item, (str, int, float)):
+                out += _selectors(item)
+    return out
+
+
+def test_grafana_dashboard_panels_sit_in_rows_without_overlapping() -> None:
+    """Grafana's grid is 24 columns wide (``gridPos``, dashboard JSON model); a row panel groups
+    the panels below it up to the next row."""
+    dash = _dashboard()
+    cells: dict[tuple[int, int], str] = {}
+    for panel in dash["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24, panel["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
+    rows = sorted(p["gridPos"]["y"] for p in dash["panels"] if p["type"] == "row")
+    assert len(rows) >= 4 and rows[0] == 0
+    assert all(
+        p["collapsed"] is False and p["panels"] == [] for p in dash["panels"] if p["type"] == "row"
+    )
+
+
+def test_grafana_stat_colours_follow_the_shipped_rules() -> None:
+    """Without ``thresholds`` Grafana colours a stat by its default, red from 80 (grafana docs,
+    panels-visualizations/configure-thresholds, "Default thresholds"): a 70 s grouping lag showed
+    green while FleetMindIncidentGroupingLag fired. A stat turns red only where a shipped rule
+    fires (its description names the rule), at the rule's threshold; the others keep one colour."""
+    rules = {
+        r["alert"]: r
+        for g in yaml.safe_load((DEPLOY / "fleetmind-rules.yml").read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    stats = _stats(_dashboard())
+    for title, panel in stats.items():
+        defaults = panel["fieldConfig"]["defaults"]
+        steps = defaults["thresholds"]["steps"]
+        assert defaults["thresholds"]["mode"] == "absolute" and steps[0]["value"] is None, title
+        if len(steps) == 1:
+            assert steps[0]["color"] not in ("red", "orange", "yellow"), title
+            continue
+        assert [s["color"] for s in steps] == ["green", "red"], title
+        assert any(name in panel["description"] for name in rules), f"{title}: which rule?"
+
+    def bound(alert: str, op: str) -> float:
+        m = re.search(rf"{op}\s*([0-9.]+)\s*$", rules[alert]["expr"].strip())
+        assert m, rules[alert]["expr"]
+        return float(m.group(1))
+
+    def red(title: str) -> float:
+        return stats[title]["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+
+    assert red("Grouping lag") == bound("FleetMindIncidentGroupingLag", ">") == 60
+    assert red("TLS handshakes refused (30 min)") == bound("FleetMindTLSHandshakeFailures", ">=")
+    for title in ("Not ready", "Models on a fallback", "Webhooks refused (10 min)"):
+        assert red(title) == 1, title  # a count: one is enough for the rule
+
+
+def test_grafana_dashboard_shows_what_fleetminds_own_alerts_read() -> None:
+    """Every series a rule of the ``fleetmind-service`` and ``fleetmind-models`` groups reads is
+    on a panel, so an operator paged by one finds it on the dashboard."""
+    import promql_parser
+
+    on_dashboard: set[str] = set()
+    for panel in _graphs(_dashboard()):
+        for target in panel["targets"]:
+            on_dashboard |= _metric_names(promql_parser.parse(_interpolated(target["expr"])))
+    groups = yaml.safe_load((DEPLOY / "fleetmind-rules.yml").read_text())["groups"]
+    read: dict[str, set[str]] = {}
+    for group in groups:
+        if group["name"] in ("fleetmind-service", "fleetmind-models"):
+            for rule in group["rules"]:
+                read[rule["alert"]] = _metric_names(promql_parser.parse(rule["expr"]))
+    assert {"FleetMindNotReady", "FleetMindModelFallback", "FleetMindWebhookRefused"} <= set(read)
+    missing = {a: sorted(m - on_dashboard) for a, m in read.items() if m - on_dashboard}
+    assert not missing, f"no panel shows what these alerts read: {missing}"
+
+
+def test_grafana_units_name_what_is_counted() -> None:
+    """``reqps`` reads "req/s" (grafana-data valueFormats categories): only HTTP requests are
+    requests. Alerts and placement decisions carry their own suffix (Grafana's custom unit
+    ``suffix:<text>``); the lag plotted beside a throughput is seconds on its own axis; the 1-hour
+    increase of model loads says per hour."""
+    import promql_parser
+
+    panels = {p["title"]: p for p in _graphs(_dashboard())}
+    for title, panel in panels.items():
+        names = set()
+        for target in panel["targets"]:
+            names |= _metric_names(promql_parser.parse(_interpolated(target["expr"])))
+        unit = panel["fieldConfig"]["defaults"]["unit"]
+        if unit == "reqps":
+            assert names == {"fleetmind_http_request_duration_seconds_count"}, title
+        if names & {"fleetmind_alerts_ingested_total", "fleetmind_alerts_unmapped_total"}:
+            assert unit == "suffix:alerts/s", title
+        if "fleetmind_placements_total" in names:
+            assert unit == "suffix:decisions/s", title
+    mixed = panels["Incident grouping lag and throughput"]
+    lag = next(t["legendFormat"] for t in mixed["targets"] if "grouping_lag" in t["expr"])
+    (override,) = [
+        o
+        for o in mixed["fieldConfig"]["overrides"]
+        if o["matcher"] == {"id": "byName", "options": lag}
+    ]
+    props = {p["id"]: p["value"] for p in override["properties"]}
+    assert props["unit"] == "s" and props["custom.axisPlacement"] == "right"
+    assert mixed["fieldConfig"]["defaults"]["unit"] == "suffix:alerts/s"
+    loads = next(p for p in panels.values() if "model_loads" in p["targets"][0]["expr"])
+    assert "[1h]" in loads["targets"][0]["expr"] and "per hour" in loads["title"]
+    assert loads["fieldConfig"]["defaults"]["unit"].endswith("/h")
+
+
+def test_grafana_grouping_lag_is_described_as_the_gauge_computes_it() -> None:
+    """fleetmind_incident_grouping_lag_seconds is the age of the oldest ungrouped alert, read at
+    every worker loop whether or not a batch succeeds, 0 when none is pending
+    (serving/incidents/worker.py ``GroupingLag``, docs/serving/operations.md), not the wait of the
+    last batch's oldest alert."""
+    lag = _stats(_dashboard())["Grouping lag"]["description"]
+    assert "not yet grouped" in lag and "0 when none is pending" in lag
+    rules_text = (DEPLOY / "fleetmind-rules.yml").read_text()
+    dash_text = (DEPLOY / "grafana" / "fleetmind-dashboard.json").read_text()
+    for text in (rules_text, dash_text):
+        assert "last batch" not in text
+
+
+_FIXED_WINDOWS = {
+    "5m": "5 min",
+    "10m": "10 min",
+    "15m": "15 min",
+    "30m": "30 min",
+    "1h": "per hour",
+}
+"""A fixed range a panel may use, and how its title says so."""
+
+
+def test_grafana_rate_windows_follow_the_step_or_the_title() -> None:
+    """A fixed ``[5m]`` under a step of 10 minutes (a 7-day range) skips half the samples;
+    Grafana's ``$__rate_interval`` is max($__interval + scrape interval, 4 x scrape interval)
+    (grafana docs, "Prometheus template variables", $__rate_interval). A fixed window stays only
+    where the title promises it (a rule's window, "5 min", "per hour")."""
+    rate_interval = 0
+    for panel in _graphs(_dashboard()):
+        for target in panel["targets"]:
+            for window in re.findall(r"\[([^\]]+)\]", target["expr"]):
+                if window == "$__rate_interval":
+                    rate_interval += 1
+                    continue
+                assert window in _FIXED_WINDOWS, (panel["title"], window)
+                assert _FIXED_WINDOWS[window] in panel["title"], (panel["title"], window)
+    assert rate_interval >= 10
+
+
+def test_grafana_queries_select_namespace_and_job() -> None:
+    """Two installs whose Services are both named fleetmind share the job label (the Prometheus
+    Operator names the job after the Service; its target carries ``namespace``,
+    prometheus-operator ``pkg/prometheus/promcfg.go``): a ``namespace`` variable tells them apart.
+    Grafana interpolates All as allValue ``.*``, never escaped (grafana docs, "Variables",
+    "Custom all value"), which also matches a series without the label (compose)."""
+    import promql_parser as pp
+
+    dash = _dashboard()
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    ns = variables["namespace"]
+    assert ns["includeAll"] and ns["allValue"] == ".*" and ns["multi"]
+    m = re.fullmatch(r"label_values\((\w+)(\{.*\})?, namespace\)", ns["definition"])
+    assert m and m.group(1) in _exported_series() and ns["query"]["query"] == ns["definition"]
+    assert "$namespace" in variables["job"]["definition"]
+    names = list(variables)
+    assert names.index("namespace") < names.index("job")  # job lists the chosen namespaces' jobs
+    for panel in _graphs(dash):
+        for target in panel["targets"]:
+            sels = _selectors(pp.parse(_interpolated(target["expr"])))
+            assert sels, target["expr"]
+            for sel in sels:
+                for label in ("job", "namespace"):
+                    assert any(
+                        x.name == label and x.op == pp.MatchOp.Re and x.value == f"${label}"
+                        for x in sel.matchers.matchers
+                    ), (panel["title"], sel)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def test_counters_the_dashboard_and_rules_read_exist_at_zero_on_a_fresh_app(
+    tmp_path: Path,
+) -> None:
+    """A labelled series born at N on its first increment shows ``rate()`` and ``increase()`` no
+    increase (Prometheus, "Instrumentation: Avoid missing metrics",
+    https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics): 20 resolved
+    alerts read 0 on the ingestion panel. Before any alert or placement, ``/metrics`` of a fresh
+    app holds them at 0."""
+    from serving_helpers import serving_settings
+
+    from fleetmind.serving.app import create_app
+
+    with TestClient(create_app(serving_settings(tmp_path))) as c:
+        policy = c.get("/api/v1/models").json()["placement"]["method"]
+        samples = _samples(c.get("/metrics").text)
+    for status in ("firing", "resolved"):
+        assert samples[("fleetmind_alerts_ingested_total", (("status", status),))] == 0.0
+    results = ("placed", "infeasible", "cpu_only", "passthrough")
+    for path, kept in (("placements", results[:2]), ("filter", results), ("prioritize", results)):
+        for result in kept:
+            key = (("path", path), ("policy", policy), ("result", result))
+            assert samples[("fleetmind_placements_total", key)] == 0.0, key
+    assert samples[("fleetmind_http_bodies_too_large_total", (("route", "/api/v1/alerts"),))] == 0
+
+
+def _query_range(url: str, expr: str, seconds: int) -> list[dict[str, Any]]:
+    end = time.time()
+    r = httpx.get(
+        url + "/api/v1/query_range",
+        params={"query": expr, "start": end - seconds, "end": end, "step": 1},
+        timeout=5.0,
+    )
+    return r.json()["data"]["result"]
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed")
+def test_a_real_prometheus_shows_the_first_resolved_alerts_on_the_ingestion_panel(
+    tmp_path: Path,
+) -> None:
+    """The ingestion panel's query, interpolated as Grafana does (All -> ``.*``;
+    ``$__rate_interval`` -> 4 s, 4 x the 1 s scrape interval), against a real Prometheus scraping
+    a fresh app: the first resolved alerts show as a rate above 0, and another namespace shows
+    none. Every other panel's query runs there too."""
+    from k8s_helpers import ExporterServer, Prometheus
+    from serving_helpers import alert, serving_settings, webhook
+
+    from fleetmind.serving.app import create_app
+
+    panel = next(p for p in _graphs(_dashboard()) if p["title"] == "Alert ingestion rate")
+    expr = panel["targets"][0]["expr"].replace("$__rate_interval", "4s").replace("$job", ".*")
+    with TestClient(create_app(serving_settings(tmp_path))) as c:
+        exporter = ExporterServer({"/metrics": c.get("/metrics").text})
+        prom = Prometheus(
+            tmp_path, exporter, {"fleetmind": "/metrics"},
+            scrape={"fleetmind": {"labels": {"namespace": "prod"}}},
+        )  # fmt: skip
+        try:
+            prom.wait_for("count_over_time(fleetmind_open_incidents[1m]) >= 3", 1)
+            gone = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1"}
+            body = webhook([alert({**gone, "n": str(i)}, status="resolved") for i in range(3)])
+            assert c.post("/api/v1/alerts", json=body).status_code == 200
+            assert c.post("/api/v1/rca", json={"alerts": [alert(gone)]}).status_code == 200
+            exporter.texts["/metrics"] = c.get("/metrics").text
+            prom.wait_for('fleetmind_alerts_ingested_total{status="resolved"} == 3', 1)
+            time.sleep(2)
+            series = _query_range(prom.url, expr.replace("$namespace", "prod"), 30)
+            resolved = [s for s in series if s["metric"].get("status") == "resolved"]
+            assert resolved and max(float(v) for _, v in resolved[0]["values"]) > 0, series
+            assert _query_range(prom.url, expr.replace("$namespace", "staging"), 30) == []
+            for other in _graphs(_dashboard()):  # every query runs, and shows data but the
+                for target in other["targets"]:  # notifier's (no channel is set here)
+                    q = target["expr"].replace("$__rate_interval", "4s").replace("$job", ".*")
+                    got = _query_range(prom.url, q.replace("$namespace", "prod"), 30)
+                    assert got or "notifications" in q, (other["title"], q)
+        finally:
+            prom.stop()
+            exporter.close()
 
 
 # ------------------------------------------------------------------------------ container image
