@@ -247,6 +247,14 @@ def test_a_warning_pages_no_one_and_its_escalation_pages(
     assert paged and paged["payload"]["severity"] == "critical", rec.pagerduty()
     assert all(e["dedup_key"] == paged["dedup_key"] for e in rec.pagerduty())
     assert wait_for(lambda: any(b["status"] == "resolved" for b in rec.at("/chat")), 20)
+    # the channel is told the cause now pages, not that it was withdrawn
+    (ended,) = wait_for(lambda: _slack(rec, "[RESOLVED] FleetMindRootCause"), timeout=20)
+    said = warn["annotations"]["summary"]
+    assert (
+        ended["text"]
+        == ended["fallback"]
+        == (f"{said}; escalated: now critical, paged on-call (the incident is open)")
+    )
 
 
 # kube-prometheus-stack's KubePodCrashLooping as Prometheus sends it: the rule's labels and
@@ -311,9 +319,10 @@ def test_the_channel_names_the_cause_links_the_incident_and_says_why_it_ended(
 ) -> None:
     """The Slack example on the channel receiver: a warning root cause's text is its summary and
     score, its title links FleetMind's incident page; when the cause changes, the withdrawn one's
-    resolved message says "withdrawn: root cause changed" (the incident is still open), and the
-    new cause gets its own message. Alertmanager's defaults were an empty text and a link to
-    Alertmanager's alert list (``template/default.tmpl``)."""
+    resolved message says it was withdrawn and the incident is still open, and the new cause gets
+    its own message. ``fallback`` (what phones show) says the same. Alertmanager's defaults were
+    an empty text, a link to Alertmanager's alert list and the labels title as fallback
+    (``template/default.tmpl``: ``slack.default.text``, ``slack.default.fallback``)."""
     url, rec = alertmanager
     old = root_cause(20, "c0/pod/ml/train-7", "pod_crashloop", "warning")
     new = root_cause(20, "c0/gpu/c0-h1-g3", "gpu_xid_error", "warning")
@@ -322,15 +331,21 @@ def test_the_channel_names_the_cause_links_the_incident_and_says_why_it_ended(
     firing = wait_for(lambda: _slack(rec, "[FIRING:1] FleetMindRootCause c0/pod/"), timeout=20)
     assert firing, rec.got
     (message,) = firing
-    assert message["text"] == f"{said_old}, score 0.9100"
+    assert message["text"] == message["fallback"] == f"{said_old}, score 0.9100"
     assert message["title_link"] == f"{PUBLIC_URL}/ui/incidents/20"
     _post(url, _resolved(old, notify.SUPERSEDED), new)
     ended = wait_for(lambda: _slack(rec, "[RESOLVED] FleetMindRootCause c0/pod/"), timeout=20)
     assert ended, rec.got
-    assert ended[0]["text"] == f"{said_old}, score 0.9100; withdrawn: root cause changed"
+    assert (
+        ended[0]["text"]
+        == ended[0]["fallback"]
+        == (
+            f"{said_old}; withdrawn: the root cause changed, the new one follows (the incident is open)"
+        )
+    )
     assert ended[0]["title_link"] == f"{PUBLIC_URL}/ui/incidents/20"
     (fresh,) = wait_for(lambda: _slack(rec, "[FIRING:1] FleetMindRootCause c0/gpu/"), timeout=20)
-    assert fresh["text"] == f"{said_new}, score 0.9100"
+    assert fresh["text"] == fresh["fallback"] == f"{said_new}, score 0.9100"
 
 
 def _render(tmp_path: Path, text: str, data: dict[str, Any]) -> str:
@@ -383,15 +398,71 @@ def test_slack_example_escapes_the_cause_and_keeps_other_alerts_defaults(tmp_pat
     assert "<b>&" in said
     escaped = said.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     ours = _data(notify.Notifier.alertmanager_alert(row), "resolved")
-    assert _render(tmp_path, slack["text"], ours) == (
-        f"{escaped}, score 0.9100; withdrawn: incident closed"
-    )
+    for field in ("text", "fallback"):
+        assert _render(tmp_path, slack[field], ours) == f"{escaped}; the incident is resolved"
     assert _render(tmp_path, slack["title_link"], ours) == f"{PUBLIC_URL}/ui/incidents/12"
     other = _data(CRASH_LOOPING)
     assert _render(tmp_path, slack["text"], other) == ""
     assert _render(tmp_path, slack["title_link"], other) == (
         "http://am.example.org:9093/#/alerts?receiver=team-chat"
     )
+    # fallback's default (slack.default.fallback): the labels title and Alertmanager's link
+    assert _render(tmp_path, slack["fallback"], other) == (
+        "[FIRING:1] KubePodCrashLooping (c0 trainer kube-state-metrics ml trainer-0 "
+        "CrashLoopBackOff warning) | http://am.example.org:9093/#/alerts?receiver=team-chat"
+    )
+
+
+OPEN = " (the incident is open)"
+ENDED = {
+    notify.CLOSED: "; the incident is resolved",
+    notify.SUPERSEDED: "; withdrawn: the root cause changed, the new one follows" + OPEN,
+    notify.UNSURE: "; withdrawn: the model is no longer sure, its score fell below the warning "
+    "floor" + OPEN,
+    notify.RESEVERED: "; escalated: now critical, paged on-call" + OPEN,
+    notify.NO_CAUSE: "; withdrawn: the incident has no cause on the current graph" + OPEN,
+    notify.CLEARED: "; cleared: its alerts resolved" + OPEN,
+}
+"""What the Slack example says after a resolved warning root cause's summary, per
+``resolved_because`` (every reason of ``serving/notify.py``; the webhook's own wording,
+``Notifier.webhook_body``, says the same)."""
+
+
+@pytest.mark.parametrize("because", sorted(ENDED))
+def test_slack_example_words_each_reason_a_cause_ended(tmp_path: Path, because: str) -> None:
+    """Each ``resolved_because`` reads as what happened: a closed incident is resolved (not
+    withdrawn), a changed severity is an escalation that now pages, a cause under the floor or
+    without a graph node is withdrawn while the incident stays open; the resolved message leaves
+    out the score it fired with (a withdrawn "score 0.9100" read as current). ``text`` and
+    ``fallback`` (phones) say the same."""
+    row = _resolved(root_cause(20, "c0/pod/ml/train-7", "pod_crashloop", "warning"), because)
+    said = row["annotations"]["summary"]
+    ours = _data(notify.Notifier.alertmanager_alert(row), "resolved")
+    for field in ("text", "fallback"):
+        assert _render(tmp_path, slack_example()[field], ours) == said + ENDED[because]
+
+
+def test_slack_example_every_reason_is_worded() -> None:
+    """Every ``resolved_because`` ``serving/notify.py`` sends has its words (a new reason would
+    otherwise read "ended: <reason>")."""
+    reasons = {notify.CLOSED, notify.SUPERSEDED, notify.UNSURE, notify.RESEVERED}
+    assert set(ENDED) == reasons | {notify.NO_CAUSE, notify.CLEARED}
+    text = slack_example()["text"]
+    assert all(f'eq .resolved_because "{why}"' in text for why in ENDED)
+
+
+def test_slack_example_a_critical_turned_warning_and_an_unworded_end(tmp_path: Path) -> None:
+    """A critical cause sent again as a warning (the Slack example on a paging receiver) reads as
+    such; a resolution without a known reason (Alertmanager's own timeout: none) says "ended"."""
+    crit = root_cause(20, "c0/pod/ml/train-7", "pod_crashloop", "critical")
+    said = crit["annotations"]["summary"]
+    row = _resolved(crit, notify.RESEVERED)
+    data = _data(notify.Notifier.alertmanager_alert(row), "resolved")
+    text = slack_example()["text"]
+    assert _render(tmp_path, text, data) == f"{said}; now a warning, sent to the channel" + OPEN
+    bare = {**row, "annotations": crit["annotations"]}
+    data = _data(notify.Notifier.alertmanager_alert(bare), "resolved")
+    assert _render(tmp_path, text, data) == f"{said}; ended"
 
 
 def test_shipped_examples_are_valid_configuration(tmp_path: Path) -> None:
