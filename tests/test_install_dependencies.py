@@ -114,8 +114,18 @@ FLOORS: dict[str, tuple[str, str, str]] = {
     # pandas 2.1 wheels are built against NumPy 1 ("numpy.dtype size changed" beside NumPy 2);
     # 2.2.2 is the first built against NumPy 2 (pandas 2.2.2 release notes)
     "pandas": ("2.2.2", "data/synth_incidents.py", "import pandas as pd"),
-    # before 2.10 pydantic protected the whole model_ prefix and warned at every start (pydantic#9177)
-    "pydantic": ("2.10", "serving/schemas.py", "model_version:"),
+    # before 2.10 pydantic protected the whole model_ prefix and warned at every start (pydantic#9177);
+    # 2.10.0-2.10.3 (pydantic-core before 2.27.2) raise on a year-0 datetime, a 500 for
+    # POST /api/v1/rca instead of a 422 (pydantic#10967)
+    "pydantic": ("2.10.4", "serving/schemas.py", "model_version:"),
+    # Table.autoincrement_column is SQLAlchemy 2.0.4's (its docstring's versionadded); before it
+    # every command failed at start
+    "sqlalchemy": ("2.0.4", "serving/db.py", "autoincrement_column"),
+    # 0.6.0-0.6.2 bundle llhttp 8.1.1: a header name with a space is taken (200, not 400), and
+    # CVE-2024-27982 (MagicStack/httptools#111)
+    "httptools": ("0.6.3", "serving/http_guard.py", "httptools_impl"),
+    # TestClient(client=...) came in Starlette 0.44; the library imports starlette directly
+    "starlette": ("0.44", "tests/test_auth_throttle.py", "TestClient(app, client="),
 }
 """Lower bounds that the code's own use of a library forces (each checked against the version the
 floor used to allow)."""
