@@ -27,8 +27,11 @@ missing metrics"). So do the other labelled counters whose label values are know
 ``status`` series of ``fleetmind_alerts_ingested_total`` (:data:`ALERT_STATUSES`, so the
 dashboard's ingestion rate shows the first resolved alerts), the ``reason`` series of
 ``fleetmind_alerts_unmapped_total``, the ``route`` series of
-``fleetmind_http_bodies_too_large_total``, and the ``fleetmind_placements_total`` series of the
-served placement policy (:data:`PLACEMENT_RESULTS`, created as it is loaded).
+``fleetmind_http_bodies_too_large_total``, the ``fleetmind_placements_total`` series of the
+served placement policy (:data:`PLACEMENT_RESULTS`) and the ``fleetmind_rca_duration_seconds``
+series of the served ranking method, both created as they are loaded (a reload removes the
+previous policy's and method's that never counted, in one process). The HTTP series (``route`` x
+``status``) are open-ended and born at their first request.
 
 **Several worker processes** (``fleetmind serve --workers N``): the CLI points
 ``PROMETHEUS_MULTIPROC_DIR`` at an empty directory before uvicorn starts the workers
@@ -650,6 +653,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.process_registry = CollectorRegistry() if self.multiprocess_dir else self.registry
         self._model_labels: list[tuple[str, str, str, str]] = []
+        self._served: tuple[str, str] | None = None  # (placement policy, RCA method) last loaded
         r = self.registry
         self.request_latency = Histogram(
             "fleetmind_http_request_duration_seconds",
@@ -797,7 +801,8 @@ class Metrics:
 
         In multiprocess mode a series cannot be removed from the worker's file (client_python:
         ``clear`` is not implemented there): the models this worker no longer serves read 0.
-        The placement policy's ``fleetmind_placements_total`` series are created at 0.
+        The placement policy's ``fleetmind_placements_total`` series and the ranking method's
+        ``fleetmind_rca_duration_seconds`` series are created at 0 (:meth:`_precreate_served`).
         """
         labels = [
             (m.kind, m.method, m.version or "", "true" if m.fallback_reason else "false")
@@ -812,9 +817,32 @@ class Metrics:
         self._model_labels = labels
         for values in labels:
             self.model_info.labels(*values).set(1)
+        self._precreate_served(models.placement.method, models.rca.method)
+
+    def _precreate_served(self, policy: str, method: str) -> None:
+        """Create the ``fleetmind_placements_total`` series of ``policy`` (:data:`PLACEMENT_RESULTS`)
+        and the ``fleetmind_rca_duration_seconds`` series of ``method`` at 0, so that ``rate()``
+        sees their first count. In one process, the series of the policy and method served before
+        that were never counted are removed (client_python ``MetricWrapperBase.remove``,
+        prometheus_client/metrics.py): a reload from the fallback leaves no flat lines of it; a
+        series that counted something stays. In multiprocess mode ``remove`` is not implemented
+        (it warns), so they stay at 0 there."""
+        before = self._served
+        self._served = (policy, method)
+        if before is not None and not self.multiprocess_dir:
+            counted = _counted(self.placements) | _counted(self.rca_latency)
+            old_policy, old_method = before
+            for path, results in PLACEMENT_RESULTS.items():
+                for result in results:
+                    key = (old_policy, result, path)
+                    if old_policy != policy and key not in counted:
+                        self.placements.remove(*key)
+            if old_method != method and (old_method,) not in counted:
+                self.rca_latency.remove(old_method)
         for path, results in PLACEMENT_RESULTS.items():  # at 0 from the load on: see rate()
             for result in results:
-                self.placements.labels(models.placement.method, result, path)
+                self.placements.labels(policy, result, path)
+        self.rca_latency.labels(method)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text of ``/metrics`` and its content type."""
@@ -825,6 +853,19 @@ class Metrics:
         MultiProcessCollector(merged, self.multiprocess_dir)
         body = generate_latest(merged) + generate_latest(self.process_registry)
         return body, CONTENT_TYPE_LATEST
+
+
+def _counted(metric: Counter | Histogram) -> set[tuple[str, ...]]:
+    """The label values of ``metric``'s children that counted something (a counter above 0, a
+    histogram with an observation), read from its samples."""
+    names = {metric._name + "_total", metric._name + "_count"}  # noqa: SLF001
+    keys = list(metric._labelnames)  # noqa: SLF001
+    return {
+        tuple(s.labels[k] for k in keys)
+        for family in metric.collect()
+        for s in family.samples
+        if s.name in names and s.value > 0
+    }
 
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

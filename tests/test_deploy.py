@@ -328,6 +328,51 @@ def test_grafana_stat_colours_follow_the_shipped_rules() -> None:
         assert red(title) == 1, title  # a count: one is enough for the rule
 
 
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+def test_grafana_tls_stat_turns_red_where_its_rule_fires(tmp_path: Path) -> None:
+    """FleetMindTLSHandshakeFailures counts per instance (``sum by (instance)``): the stat shows
+    the instance that refused most, so one refusal on each of two replicas reads 1 (green, the
+    rule silent), two on one reads 2 (red, the rule's expression returns that instance).
+    ``promtool test rules`` runs the rule's and the stat's expressions on a real Prometheus
+    engine (Prometheus docs, configuration/unit_testing_rules)."""
+    rule = next(
+        r
+        for g in yaml.safe_load((DEPLOY / "fleetmind-rules.yml").read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "FleetMindTLSHandshakeFailures"
+    )
+    panel = _stats(_dashboard())["TLS handshakes refused (30 min)"]
+    red = panel["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"]
+    stat = panel["targets"][0]["expr"].replace("$job", ".*").replace("$namespace", ".*")
+    name = "fleetmind_tls_handshake_failures_total"
+
+    def case(values: dict[str, str], fired: list[str], shown: float) -> dict[str, Any]:
+        series = [
+            {"series": f'{name}{{instance="{i}",job="fleetmind"}}', "values": v}
+            for i, v in values.items()
+        ]
+        exp_rule = [{"labels": f'{{instance="{i}"}}', "value": red} for i in fired]
+        return {"interval": "15s", "input_series": series, "promql_expr_test": [
+            {"expr": rule["expr"].strip(), "eval_time": "20m", "exp_samples": exp_rule},
+            {"expr": stat, "eval_time": "20m", "exp_samples": [{"labels": "{}", "value": shown}]},
+        ]}  # fmt: skip
+
+    one_each = case({"a:8000": "0x40 1x40", "b:8000": "0x40 1x40"}, [], red - 1)
+    two_on_one = case({"a:8000": "0x40 1x20 2x20", "b:8000": "0x80"}, ["a:8000"], red)
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"tests": [one_each, two_on_one]}))
+    done = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_grafana_notifications_dropped_reads_zero_without_a_channel() -> None:
+    """``fleetmind_notifications_total`` exists only for the channels set (the notifier registers
+    them), so without one the stat's sum is empty and Grafana shows "No data": ``or vector(0)``
+    makes it a green 0, as on "Not ready" (the live test below runs it on a real Prometheus)."""
+    expr = _stats(_dashboard())["Notifications dropped (15 min)"]["targets"][0]["expr"]
+    assert expr.rstrip().endswith("or vector(0)"), expr
+
+
 def test_grafana_dashboard_shows_what_fleetminds_own_alerts_read() -> None:
     """Every series a rule of the ``fleetmind-service`` and ``fleetmind-models`` groups reads is
     on a panel, so an operator paged by one finds it on the dashboard."""
@@ -474,7 +519,8 @@ def test_counters_the_dashboard_and_rules_read_exist_at_zero_on_a_fresh_app(
     from fleetmind.serving.app import create_app
 
     with TestClient(create_app(serving_settings(tmp_path))) as c:
-        policy = c.get("/api/v1/models").json()["placement"]["method"]
+        models = c.get("/api/v1/models").json()
+        policy, method = models["placement"]["method"], models["rca"]["method"]
         samples = _samples(c.get("/metrics").text)
     for status in ("firing", "resolved"):
         assert samples[("fleetmind_alerts_ingested_total", (("status", status),))] == 0.0
@@ -484,6 +530,44 @@ def test_counters_the_dashboard_and_rules_read_exist_at_zero_on_a_fresh_app(
             key = (("path", path), ("policy", policy), ("result", result))
             assert samples[("fleetmind_placements_total", key)] == 0.0, key
     assert samples[("fleetmind_http_bodies_too_large_total", (("route", "/api/v1/alerts"),))] == 0
+    assert samples[("fleetmind_rca_duration_seconds_count", (("method", method),))] == 0.0
+    le = (("le", "+Inf"), ("method", method))
+    assert samples[("fleetmind_rca_duration_seconds_bucket", le)] == 0.0
+
+
+def test_a_reload_removes_the_zero_series_of_the_policy_and_method_served_before() -> None:
+    """After a reload (the fallback replaced by the real model, the usual recovery after
+    FleetMindModelFallback) the series of the policy and method served before that never counted
+    are removed, so no flat line of them stays on the Placements panel; one that counted stays
+    (prometheus_client ``MetricWrapperBase.remove``, prometheus_client/metrics.py)."""
+    from types import SimpleNamespace
+
+    def served(policy: str, method: str) -> Any:
+        info = {"version": "", "fallback_reason": None}
+        return SimpleNamespace(
+            rca=SimpleNamespace(kind="rca", method=method, **info),
+            placement=SimpleNamespace(kind="placement", method=policy, **info),
+        )
+
+    def series(metrics: Metrics, suffix: str) -> dict[tuple[tuple[str, str], ...], float]:
+        return {k[1]: v for k, v in _samples(metrics.render()[0].decode()).items()
+                if k[0] == suffix}  # fmt: skip
+
+    metrics = Metrics()
+    metrics.set_models(served("heuristic:BestFit", "rule"))
+    metrics.placements.labels("heuristic:BestFit", "placed", "filter").inc(5)
+    metrics.set_models(served("ppo", "gnn"))
+    placements = series(metrics, "fleetmind_placements_total")
+    old = {k: v for k, v in placements.items() if ("policy", "heuristic:BestFit") in k}
+    assert old == {(("path", "filter"), ("policy", "heuristic:BestFit"), ("result", "placed")): 5}
+    assert sum(("policy", "ppo") in k for k in placements) == 10
+    rca = series(metrics, "fleetmind_rca_duration_seconds_count")
+    assert rca == {(("method", "gnn"),): 0.0}
+    metrics.rca_latency.labels("gnn").observe(0.1)
+    metrics.set_models(served("ppo", "rule"))
+    rca = series(metrics, "fleetmind_rca_duration_seconds_count")
+    assert rca == {(("method", "gnn"),): 1.0, (("method", "rule"),): 0.0}
+    assert len(series(metrics, "fleetmind_placements_total")) == 11
 
 
 def _query_range(url: str, expr: str, seconds: int) -> list[dict[str, Any]]:
@@ -496,6 +580,10 @@ def _query_range(url: str, expr: str, seconds: int) -> list[dict[str, Any]]:
     return r.json()["data"]["result"]
 
 
+_NOT_A_NUMBER = ("NaN", "+Inf", "-Inf")
+"""Values of a query that show no number on a panel (histogram_quantile of all-zero rates)."""
+
+
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed")
 def test_a_real_prometheus_shows_the_first_resolved_alerts_on_the_ingestion_panel(
     tmp_path: Path,
@@ -503,7 +591,8 @@ def test_a_real_prometheus_shows_the_first_resolved_alerts_on_the_ingestion_pane
     """The ingestion panel's query, interpolated as Grafana does (All -> ``.*``;
     ``$__rate_interval`` -> 4 s, 4 x the 1 s scrape interval), against a real Prometheus scraping
     a fresh app: the first resolved alerts show as a rate above 0, and another namespace shows
-    none. Every other panel's query runs there too."""
+    none. Every other panel's query runs there too and shows a number, not only ``NaN`` (the
+    ranking latency after the first RCA: its series exist at 0 from the model load)."""
     from k8s_helpers import ExporterServer, Prometheus
     from serving_helpers import alert, serving_settings, webhook
 
@@ -530,11 +619,16 @@ def test_a_real_prometheus_shows_the_first_resolved_alerts_on_the_ingestion_pane
             resolved = [s for s in series if s["metric"].get("status") == "resolved"]
             assert resolved and max(float(v) for _, v in resolved[0]["values"]) > 0, series
             assert _query_range(prom.url, expr.replace("$namespace", "staging"), 30) == []
-            for other in _graphs(_dashboard()):  # every query runs, and shows data but the
-                for target in other["targets"]:  # notifier's (no channel is set here)
+            # every query runs and shows a number, but the notifier's series (no channel is set
+            # here) and the HTTP latency by route: its route x status series are open-ended, each
+            # born at its first request, so one request per route reads NaN there
+            exempt = ("Notifications", "HTTP p99 latency by route")
+            for other in _graphs(_dashboard()):
+                for target in other["targets"]:
                     q = target["expr"].replace("$__rate_interval", "4s").replace("$job", ".*")
                     got = _query_range(prom.url, q.replace("$namespace", "prod"), 30)
-                    assert got or "notifications" in q, (other["title"], q)
+                    finite = [v for s in got for _, v in s["values"] if v not in _NOT_A_NUMBER]
+                    assert finite or other["title"] in exempt, (other["title"], q, got)
         finally:
             prom.stop()
             exporter.close()
