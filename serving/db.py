@@ -1455,42 +1455,33 @@ class Database:
 
     def _purge_resolved_alerts(self, before: float, chunk: int) -> int:
         """Delete the resolved alerts (grouped already: not ``pending``) resolved before
-        ``before`` (unix s; their ``updated_ts``), whatever their incident, open or closed, or
-        none; count the alerts of the incidents they left again (``alert_count``; the firing
-        count is unchanged); returns how many. The incident row stays.
+        ``before`` (unix s; their ``updated_ts``) that are in no incident, or are an earlier
+        episode of an alert (same fingerprint) their incident holds again later; count the alerts
+        of the incidents they left again (``alert_count``; the firing count is unchanged);
+        returns how many.
 
-        The rule is the simplest that bounds storage and never deletes a firing alert: the age
-        of the resolution alone. Grouping by time window keeps an incident open for as long as
-        new alerts start within the window of its span (each one widens it) or one alert fires
-        on: a host with steady background alerts, or one long-firing alert (a degraded GPU),
-        holds one incident open for good, and when only the alerts of closed incidents (and the
-        earlier episodes of a flapping fingerprint) went, every alert that incident ever held
-        was kept: the table grew without bound at a steady load. Not kept either, on purpose:
-
-        * the alerts of the incident's current ranking evidence. Its stored causes (the
-          ``incidents`` row, which the page, the API and the notifier read) name graph nodes,
-          not alert rows, and stay as ranked; only new evidence ranks it again, on the alerts
-          then kept, and a ranking reads the newest ``max_rank_alerts`` alerts anyway. Keeping
-          them would need a record of which rows a ranking read and would keep the old rows of
-          an incident whose ranking never changes. A notified cause whose own alerts all went
-          this way is withdrawn as "root cause changed" rather than "its alerts resolved" once
-          another cause takes the top (``fleetmind.serving.notify``, ``_alert_nodes``).
-        * every alert of a closed incident until the incident goes: an alert that resolved long
-          before its incident closed goes once its resolution is that old, as it would have
-          while the incident was open; the ones that resolved at the close go about when the
-          incident row does.
-
-        Grouping reads the incident rows (span, nodes, clusters), not these alerts, so it
-        decides as before; feedback keeps its own copy of the alerts it was given on
-        (``incident_feedback.alerts``), and no table refers to an alert row. A firing delivery
-        of a deleted alert (same fingerprint and ``startsAt``, more than the retention period
-        after its resolution) is a new row, grouped as a new alert. The rows are chosen by
-        ``ix_alerts_pending_updated``; the ``DELETE`` checks them again, so a row a webhook
-        reopened meanwhile stays."""
-        from sqlalchemy import delete
+        A flapping alert keeps no episode past the retention period but its latest: one
+        fingerprint firing a minute every five reopens its incident each time, and that incident
+        held every episode (8,640 rows a month) for as long as it flapped. Every other alert of an
+        open or recently closed incident stays, however long ago it resolved: the incident's
+        page, its re-ranking and the feedback that copies its alerts into a training label read
+        them. The incident row stays. The rows are chosen by ``ix_alerts_pending_updated``; the
+        ``DELETE`` checks them again, so a row a webhook reopened meanwhile stays."""
+        from sqlalchemy import delete, exists, or_
 
         a = alerts.c
-        cond = (a.pending.is_(False), a.status == "resolved", a.updated_ts < before)
+        later = alerts.alias("later")
+        superseded = exists().where(
+            later.c.incident_id == a.incident_id,
+            later.c.fingerprint == a.fingerprint,
+            later.c.id > a.id,
+        )
+        cond = (
+            a.pending.is_(False),
+            a.status == "resolved",
+            a.updated_ts < before,
+            or_(a.incident_id.is_(None), superseded),
+        )
         total = 0
         while True:
             with self.write() as conn:

@@ -541,8 +541,7 @@ class Settings(BaseSettings):
         30 * 86400.0,
         ge=0,
         le=MAX_RETENTION_S,
-        description="incidents closed longer ago than this are deleted with their alerts, and so "
-        "are alerts resolved longer ago, also in an incident still open (0: keep)",
+        description="incidents closed longer ago than this are deleted with their alerts (0: keep)",
     )
     leader_lease_s: float = Field(
         10.0,

@@ -47,13 +47,11 @@ def test_the_service_does_not_start_on_an_in_memory_database() -> None:
             pass
 
 
-def _alert(
-    i: int, incident: int | None, status: str = "resolved", at: float = 2.0
-) -> dict[str, Any]:
+def _alert(i: int, incident: int | None, status: str = "resolved") -> dict[str, Any]:
     return {
-        "fingerprint": f"fp{i}", "starts_at": f"s{i}", "starts_ts": 1.0, "ends_ts": at,
-        "status": status, "labels": {}, "annotations": {}, "received_ts": at,
-        "updated_ts": at, "pending": False, "incident_id": incident,
+        "fingerprint": f"fp{i}", "starts_at": f"s{i}", "starts_ts": 1.0, "ends_ts": 2.0,
+        "status": status, "labels": {}, "annotations": {}, "received_ts": 2.0,
+        "updated_ts": 2.0, "pending": False, "incident_id": incident,
     }  # fmt: skip
 
 
@@ -75,8 +73,7 @@ def test_purge_deletes_in_chunks_of_short_transactions(
             [_incident(1, "resolved", 5.0), _incident(2, "merged", 5.0),
              _incident(3, "open", None), _incident(4, "resolved", 50.0)],
         )  # fmt: skip
-        # 10 per incident; the open and the recent incident's resolved within the period
-        rows = [_alert(i, 1 + i % 4, at=2.0 if i % 4 < 2 else 20.0) for i in range(40)]
+        rows = [_alert(i, 1 + i % 4) for i in range(40)]  # 10 per incident
         rows += [_alert(100 + i, None) for i in range(7)]  # resolved, in no incident
         rows += [_alert(200, None, "firing")]
         conn.execute(insert(alerts), rows)

@@ -243,8 +243,7 @@ class IncidentConfig:
         max_rank_alerts: an incident is ranked on its newest this many alerts.
         auto_resolve_s: open incidents unchanged this long are resolved, seconds (0: never).
         retention_s: closed incidents and their alerts are deleted this long after closing,
-            and resolved alerts (open incidents' too) this long after resolving, seconds
-            (0: kept).
+            seconds (0: kept).
         leader_lease_s: how long a vanished leader holds the lease, seconds (PostgreSQL).
         backlog_rank_s: during a backlog, incidents deferred this long are ranked, seconds.
         housekeeping_interval_s: auto-resolve and retention run at most this often, seconds.
