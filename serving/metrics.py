@@ -29,8 +29,9 @@ dashboard's ingestion rate shows the first resolved alerts), the ``reason`` seri
 ``fleetmind_alerts_unmapped_total``, the ``route`` series of
 ``fleetmind_http_bodies_too_large_total``, the ``fleetmind_placements_total`` series of the
 served placement policy (:data:`PLACEMENT_RESULTS`) and the ``fleetmind_rca_duration_seconds``
-series of the served ranking method, both created as they are loaded (a reload removes the
-previous policy's and method's that never counted, in one process). The HTTP series (``route`` x
+series of the served ranking method, both created as they are loaded (those of the policy and
+method served before a reload stay: requests still answering with the old models count on them).
+The HTTP series (``route`` x
 ``status``) are open-ended and born at their first request.
 
 **Several worker processes** (``fleetmind serve --workers N``): the CLI points
@@ -653,7 +654,6 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.process_registry = CollectorRegistry() if self.multiprocess_dir else self.registry
         self._model_labels: list[tuple[str, str, str, str]] = []
-        self._served: tuple[str, str] | None = None  # (placement policy, RCA method) last loaded
         r = self.registry
         self.request_latency = Histogram(
             "fleetmind_http_request_duration_seconds",
@@ -822,23 +822,10 @@ class Metrics:
     def _precreate_served(self, policy: str, method: str) -> None:
         """Create the ``fleetmind_placements_total`` series of ``policy`` (:data:`PLACEMENT_RESULTS`)
         and the ``fleetmind_rca_duration_seconds`` series of ``method`` at 0, so that ``rate()``
-        sees their first count. In one process, the series of the policy and method served before
-        that were never counted are removed (client_python ``MetricWrapperBase.remove``,
-        prometheus_client/metrics.py): a reload from the fallback leaves no flat lines of it; a
-        series that counted something stays. In multiprocess mode ``remove`` is not implemented
-        (it warns), so they stay at 0 there."""
-        before = self._served
-        self._served = (policy, method)
-        if before is not None and not self.multiprocess_dir:
-            counted = _counted(self.placements) | _counted(self.rca_latency)
-            old_policy, old_method = before
-            for path, results in PLACEMENT_RESULTS.items():
-                for result in results:
-                    key = (old_policy, result, path)
-                    if old_policy != policy and key not in counted:
-                        self.placements.remove(*key)
-            if old_method != method and (old_method,) not in counted:
-                self.rca_latency.remove(old_method)
+        sees their first count. The series of a policy or method served before stay: requests
+        still answering with the old models count on them after the reload, and removing a
+        series between their ``labels()`` and ``inc()`` would lose that count (client_python's
+        ``remove`` takes no part in the child's increment)."""
         for path, results in PLACEMENT_RESULTS.items():  # at 0 from the load on: see rate()
             for result in results:
                 self.placements.labels(policy, result, path)
@@ -853,19 +840,6 @@ class Metrics:
         MultiProcessCollector(merged, self.multiprocess_dir)
         body = generate_latest(merged) + generate_latest(self.process_registry)
         return body, CONTENT_TYPE_LATEST
-
-
-def _counted(metric: Counter | Histogram) -> set[tuple[str, ...]]:
-    """The label values of ``metric``'s children that counted something (a counter above 0, a
-    histogram with an observation), read from its samples."""
-    names = {metric._name + "_total", metric._name + "_count"}  # noqa: SLF001
-    keys = list(metric._labelnames)  # noqa: SLF001
-    return {
-        tuple(s.labels[k] for k in keys)
-        for family in metric.collect()
-        for s in family.samples
-        if s.name in names and s.value > 0
-    }
 
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
