@@ -16,7 +16,11 @@ Architecture (one incident graph, or a PyG batch of several):
 
 from __future__ import annotations
 
+import linecache
+import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +37,42 @@ NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
 """Relation types of the message graph: forward kinds, reverse kinds, self loop."""
 
 SELF_LOOP = 2 * len(EDGE_KINDS)
+
+
+def _drop_rendered_sources() -> list[Path]:
+    """Delete the source files torch_geometric rendered into ``$TMPDIR`` for this process.
+
+    The first ``GATv2Conv`` of a process makes torch_geometric render its ``propagate`` and
+    ``edge_updater`` from Jinja templates into ``NamedTemporaryFile(delete=False)`` files in
+    :func:`tempfile.gettempdir` and import them (``torch_geometric/template.py``,
+    ``module_from_template``, 2.5 to 2.8 at least); nothing deletes them, so every CLI run, service
+    worker and test left two ``torch_geometric.nn.conv.*.py`` files behind. The modules are imported
+    by then (their code is in memory); their text is kept in :mod:`linecache` (an entry without an
+    mtime, which :func:`linecache.checkcache` never drops), so tracebacks and
+    :func:`inspect.getsource` still show it. Only files of modules this process imported are
+    touched: ``sys.modules`` is per process, so another process's files stay.
+
+    Returns:
+        The files deleted (empty when there were none, e.g. on a second call).
+    """
+    tmp = Path(tempfile.gettempdir()).resolve()
+    dropped: list[Path] = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not name.startswith("torch_geometric.") or not file:
+            continue
+        path = Path(file)
+        if path.parent.resolve() != tmp or not path.name.startswith(f"{name}_"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue  # gone already (a tmp cleaner) or unreadable: nothing to keep or delete
+        lines = text.splitlines(keepends=True)
+        linecache.cache[file] = (len(text), None, lines, file)
+        path.unlink(missing_ok=True)
+        dropped.append(path)
+    return dropped
 
 
 @dataclass
@@ -170,6 +210,7 @@ class GATRanker(nn.Module):
             )
             for _ in range(c.layers)
         )
+        _drop_rendered_sources()
         self.drop = nn.Dropout(c.dropout)
         self.score_head = nn.Sequential(
             nn.LayerNorm(c.hidden), nn.Linear(c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, 1)
