@@ -158,6 +158,9 @@ Alertmanager."""
 SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
+NOT_CHANNELS = frozenset({OUTBOX, SEVERITY_WAS, KEPT})
+"""Keys of a ``notifications`` row's ``delivery`` JSON that are not a channel's outcome: what the
+notifier still has to send or re-send beside it, not a fate."""
 RETRY_STATUS = frozenset({407, 408, 425, 429, 500, 502, 503, 504})
 """Statuses of a failure that may pass, retried with back-off; so is every status of 500 or more
 (:func:`is_final`: a Cloudflare-fronted chat's 520-524 or 530 while its origin is down, a 501 or
@@ -1041,7 +1044,9 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
         return sent, None, None
     failing, dropped = [], []
     for channel, outcome in sorted(delivery.items()):
-        if channel in (OUTBOX, SEVERITY_WAS):  # what the notifier still has to send, not a fate
+        # what the notifier still has to send (a list, a dict), not a fate; a key a newer release
+        # adds is skipped too rather than failing the incident page
+        if channel in NOT_CHANNELS or not isinstance(outcome, str):
             continue
         name = CHANNEL_NAMES.get(channel, channel)
         if outcome == "sent":
@@ -1054,7 +1059,7 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
             dropped.append(f"{name} refused it: {why}")
         else:
             dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
-    sent = "sent" in delivery.values()
+    sent = any(delivery.get(channel) == "sent" for channel in CHANNEL_NAMES)
     return sent, "; ".join(failing) or None, "; ".join(dropped) or None
 
 

@@ -233,6 +233,11 @@ def test_a_changed_top_cause_keeps_the_old_alert_while_its_alerts_fire(app: Test
     hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
     assert [h["fleetmind"]["status"] for h in hooks] == ["firing"]
     assert "A further root cause" in hooks[0]["text"] and "withdrawn" not in hooks[0]["text"]
+    # the row now carries the kept cause beside its channels' outcomes: the incident page (linked
+    # from every FleetMindRootCause alert) read that list as an outcome and answered 500
+    page = app.get(f"/ui/incidents/{inc['id']}")
+    assert page.status_code == 200, page.text[-2000:]
+    assert "sent as " in page.text
 
 
 def test_a_new_top_cause_the_old_one_depends_on_withdraws_it(app: TestClient) -> None:
