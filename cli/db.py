@@ -116,11 +116,11 @@ def _shown(db: Any) -> str:
 
 
 def _unreachable(db: Any, err: Exception) -> ConfigError:
-    """One line for a database that could not be reached or read."""
-    reason = str(getattr(err, "orig", None) or err).strip().splitlines()
-    return ConfigError(
-        f"cannot open the database at {_shown(db)}: {reason[0] if reason else type(err).__name__}"
-    )
+    """One line for a database that could not be reached or read
+    (:func:`fleetmind.serving.db.open_error`: the URL and the driver's reason masked)."""
+    from fleetmind.serving.db import open_error
+
+    return ConfigError(open_error(db.engine.url, err))
 
 
 def _describe(rev: str | None, tables: bool, head: str, known: set[str]) -> str:

@@ -200,6 +200,13 @@ def shown_setting(name: str, value: object) -> str:
     if name == PUBLIC_URL and "@" in str(value):
         # its only @ refusal is a user part, which safe_uri does not mask when it holds whitespace
         return f"{name} (value hidden: it holds a user name or password)"
+    if name == "FLEETMIND_DATABASE_URL":
+        from fleetmind.serving.settings import database_url_problem
+
+        if database_url_problem(str(value)) is not None:
+            # the mask ends at the last @ of a run without whitespace: a password holding an @
+            # and a space would show its tail
+            return f"{name} (value hidden: it holds a password)"
     return f"{name}={safe_uri(repr(value))}"
 
 

@@ -63,6 +63,7 @@ from sqlalchemy.exc import ArgumentError
 from fleetmind.data.errors import ConfigError
 from fleetmind.redact import safe_uri
 from fleetmind.serving import migrations
+from fleetmind.serving.settings import database_url_problem
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -683,6 +684,11 @@ class Database:
         refire_margin_s: float = REFIRE_MARGIN_S,
     ) -> None:
         url = normalise_url(url)
+        problem = database_url_problem(url)
+        if problem is not None:  # before anything connects: the driver's error would quote it
+            raise ConfigError(
+                f"cannot use database URL (not quoted, as it holds a password): {problem}"
+            )
         self.url = url
         if not 0 <= refire_margin_s < float("inf"):
             raise ConfigError(f"refire margin must be a finite number >= 0, not {refire_margin_s}")
@@ -772,10 +778,7 @@ class Database:
             self.check_file()  # the file exists now: remember which one it is
             return before
         except (SQLAlchemyError, OSError) as err:  # OSError: the SQLite lock file next to it
-            reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-            raise ConfigError(
-                safe_uri(f"cannot open the database at {self.engine.url!r}: {reason}")
-            ) from err
+            raise ConfigError(open_error(self.engine.url, err)) from err
 
     def _create_private(self, *_args: Any) -> None:
         """Before SQLite opens the database file (``do_connect``), create it readable and
@@ -2008,6 +2011,21 @@ def normalise_url(url: str) -> str:
     if sep and scheme.strip().lower() == "postgres":
         return "postgresql+psycopg://" + rest
     return url
+
+
+def open_error(url: URL, err: BaseException) -> str:
+    """The one line for a database at ``url`` that could not be opened: ``cannot open the
+    database at <url>: <the first line of the driver's reason>``. The URL is masked alone
+    (:func:`fleetmind.redact.safe_uri` over the sentence took its ``:`` into a masked
+    ``?password=`` value), the reason on its own, and a parsed host holding an ``@`` (a password
+    cut at its first ``@``: :func:`~fleetmind.serving.settings.database_url_problem`) is shown
+    as ``***@`` and the part after its last ``@``, wherever the reason quotes it."""
+    lines = str(getattr(err, "orig", None) or err).strip().splitlines()
+    reason = lines[0] if lines else type(err).__name__
+    host = url.host or ""
+    if "@" in host:
+        reason = reason.replace(host, "***@" + host.rpartition("@")[2])
+    return f"cannot open the database at {safe_uri(repr(url))}: {safe_uri(reason)}"
 
 
 def _bad_url(url: str, err: Exception) -> str:

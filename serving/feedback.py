@@ -44,6 +44,7 @@ from fleetmind.redact import safe_uri
 from fleetmind.serving.db import Database, feedback_graphs, incident_feedback, incidents
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
+from fleetmind.serving.settings import database_url_problem
 
 log = logging.getLogger(__name__)
 
@@ -467,6 +468,8 @@ def _unreadable(url: str, err: BaseException) -> str:
     password masked (:func:`fleetmind.redact.safe_uri`) and the first line of the driver's
     error (SQLAlchemy appends its "Background on this error" link on a line of its own)."""
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if database_url_problem(url) is not None:  # the mask could show the part after an @
+        return f"cannot read the feedback database (URL not quoted): {first}"
     return safe_uri(f"cannot read the feedback database {url!r}: {first}")
 
 

@@ -70,6 +70,30 @@ def public_url_problem(url: str) -> str | None:
     return None
 
 
+def database_url_problem(url: str) -> str | None:
+    """What is wrong with a database URL's ``user:password@`` (``None``: nothing, or no URL of
+    that form: SQLAlchemy's own parse reports the rest). An ``@`` after the one that ends the
+    password means the password held an unencoded ``@``: SQLAlchemy's ``make_url`` ends the
+    password at its first ``@`` (``_parse_url`` in ``sqlalchemy/engine/url.py``: the password is
+    ``[^@]*``), so the rest of it becomes the host or the database name, and the driver's error
+    quotes that (``failed to resolve host 'tP4ss@db'``). The URL is never quoted here. An ``@`` in
+    the user name before the ``:`` (``fm@server:pw@db``) is parsed as meant and left alone."""
+    _scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None
+    user_end = min((i for i in map(rest.find, ":/") if i >= 0), default=-1)
+    if user_end < 0 or rest[user_end] != ":":
+        return None  # no password: a user name holding an @ is parsed as meant
+    password_end = rest.find("@", user_end + 1)
+    if password_end < 0 or "@" not in rest[password_end + 1 :]:
+        return None
+    return (
+        "an @ follows the one that ends the password, so the password would be cut at its first @ "
+        "and the rest sent as the host or database name; percent-encode @ in the user name or "
+        "password as %40 (a password p@ss is written p%40ss)"
+    )
+
+
 _IPV4_NUMBERS = re.compile(r"[0-9A-Fa-fXx.]+")
 """The characters of an IPv4 address in the forms ``inet_aton`` (and so ``getaddrinfo``) reads:
 ``0``, ``0.0``, ``0x0``, ``127.1``."""
@@ -868,6 +892,16 @@ class Settings(BaseSettings):
                 "commas differ in their password alone: the outbox could not tell them apart "
                 "(give each Alertmanager tenant its own user name, or list it once)"
             )
+        return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        """Refuse a URL whose password holds an unencoded ``@`` (:func:`database_url_problem`)
+        before anything connects: the driver's error would quote the part after it."""
+        problem = database_url_problem(v)
+        if problem is not None:
+            raise ValueError(problem)  # never quoted (the CLI hides the value: shown_setting)
         return v
 
     @field_validator("prometheus_headers")

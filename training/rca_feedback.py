@@ -20,6 +20,7 @@ from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.serving.feedback import feedback_incidents, feedback_time
+from fleetmind.serving.settings import database_url_problem
 
 
 def merge_feedback(
@@ -133,7 +134,11 @@ def merged_dir(
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password masked (for logs and JSON)."""
+    """``url`` with any password masked (for logs and JSON); ``<database URL>`` for one whose
+    password holds an unencoded ``@`` (:func:`~fleetmind.serving.settings.database_url_problem`:
+    SQLAlchemy would show the part after it as the host)."""
+    if database_url_problem(url) is not None:
+        return "<database URL>"
     try:
         from sqlalchemy.engine import make_url
 
