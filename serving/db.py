@@ -2140,15 +2140,21 @@ class LeaderLock:
         self._conn: Connection | None = None
         self.held = False
         self.lost = 0  # times leadership was dropped after a failed check
+        # why the last lost lock was lost: the error of its connection's query, or None when the
+        # query answered that the session no longer holds it
+        self.lost_error: Exception | None = None
 
     def check(self) -> bool:
-        """Whether this process still holds the lock; drops leadership when it does not."""
+        """Whether this process still holds the lock; drops leadership when it does not, noting
+        why in :attr:`lost_error` (the error of the lock's connection, or ``None`` when the
+        database answered that its session no longer holds the lock)."""
         if not self.held:
             return False
         if self._conn is None:
             return True  # SQLite: the flock lives as long as the descriptor
         from sqlalchemy import text
 
+        error: Exception | None = None
         try:
             still = bool(
                 self._conn.execute(
@@ -2159,10 +2165,10 @@ class LeaderLock:
                     {"k": self.PG_KEY},
                 ).scalar()
             )
-        except Exception:  # the connection is gone: so is the lock
-            still = False
+        except Exception as err:  # the connection is gone: so is the lock
+            still, error = False, err
         if not still:
-            self.lost += 1
+            self.lost, self.lost_error = self.lost + 1, error
             self.release()
         return still
 

@@ -22,9 +22,9 @@ class FailureLog:
 
     The first failure of a run (and the first of each other exception class in it) is logged with
     its traceback; later ones of a class already shown add one line at most every ``every_s``
-    seconds, with how many failed since; the first success after failures logs one line saying
-    how long it failed (``"the database is reachable again after 4.2 s"`` when a database error
-    was among them). The incident worker and the notifier each keep one.
+    seconds, with how many failed since; the first success after failures logs one INFO line
+    saying how long it failed (``"the database is reachable again after 4.2 s"`` when a database
+    error was among them). The incident worker and the notifier each keep one.
 
     Args:
         logger: where the lines go.
@@ -81,7 +81,7 @@ class FailureLog:
             return
         took = self.clock() - self._since
         again = "the database is reachable again" if self._database else "works again"
-        self.logger.warning(
+        self.logger.info(  # a recovery, as "refreshing works again" and "answers again" are
             "%s: %s after %.1f s (%d failed attempt%s)",
             self.what,
             again,

@@ -75,7 +75,7 @@ from sqlalchemy import Text, bindparam, cast, select
 
 from fleetmind.http_client import Deadline, hold_to
 from fleetmind.http_client import client as proxied_client
-from fleetmind.redact import can_cut, without_password
+from fleetmind.redact import can_cut, safe_uri, terminal_safe, without_password
 from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.db import alerts as alert_rows
 from fleetmind.serving.failure_log import FailureLog
@@ -475,7 +475,8 @@ def retry_after(response: httpx.Response, now: float | None = None) -> float | N
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-"""Control characters (C0, DEL, C1), replaced in text a log line quotes from a receiver."""
+"""Control characters (C0, DEL, C1), replaced in text a log line quotes from a receiver (the
+bidirectional and zero-width ones left are shown escaped: :func:`fleetmind.redact.terminal_safe`)."""
 
 
 def redirect_target(response: httpx.Response) -> str | None:
@@ -490,21 +491,52 @@ def redirect_target(response: httpx.Response) -> str | None:
     try:
         u = response.request.url.join(location).copy_with(userinfo=b"", query=None, fragment=None)
         u = u.copy_with(raw_path=re.sub(rb";[^/]*", b"", u.raw_path))
-        return _CONTROL.sub("?", str(u))[:300]
+        return terminal_safe(_CONTROL.sub("?", str(u))[:300])
     except (httpx.InvalidURL, RuntimeError, ValueError, TypeError):
         return None
 
 
 def answer_reason(text: str, url: str) -> str:
     """The start of a receiver's refusal ``text`` fit for a log and a delivery note: at most
-    :data:`REASON_CHARS` characters on one line (runs of spaces and line breaks as one space,
-    other control characters as ``?``), and the URL posted (a secret: a chat webhook's URL is its credential), or its path,
-    as ``<url>`` wherever the answer echoes it; ``""`` for an empty answer."""
+    :data:`REASON_CHARS` characters of it on one line (runs of spaces and line breaks as one space,
+    other control characters as ``?``, bidirectional and zero-width controls shown escaped as
+    :func:`fleetmind.redact.terminal_safe` does: ``\\u202e``, so none reorders or hides what a
+    terminal or the incident page shows), and the URL posted (a secret: a chat webhook's URL is its
+    credential), or its path, as ``<url>`` wherever the answer echoes it; ``""`` for an empty
+    answer."""
     secret = urlsplit(url)
     for part in sorted({url, secret.path if len(secret.path) > 1 else ""}, key=len, reverse=True):
         if part:
             text = text.replace(part, "<url>")
-    return _CONTROL.sub("?", " ".join(text.split()))[:REASON_CHARS].strip()
+    return terminal_safe(_CONTROL.sub("?", " ".join(text.split()))[:REASON_CHARS].strip())
+
+
+def error_reason(err: BaseException, url: str) -> str:
+    """Why a post raised ``err`` (an ``httpx`` or ``httpcore`` error), fit for a log and a delivery
+    note: the first line of its text (``[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify
+    failed: self-signed certificate``, ``[Errno -2] Name or service not known``, ``[Errno 111]
+    Connection refused``) with the password of any URL in it masked
+    (:func:`fleetmind.redact.safe_uri`) and the rest as :func:`answer_reason` writes a receiver's
+    answer (``url``, the URL posted, as ``<url>``; control characters replaced or escaped; at most
+    :data:`REASON_CHARS` characters). ``""`` for a timeout (its text says only "timed out", as its
+    class name does) and for an error with no text; a header this side could not send
+    (``LocalProtocolError``: its text quotes the header, ``Authorization`` included) is named
+    only."""
+    if isinstance(err, httpx.TimeoutException | httpcore.TimeoutException):
+        return ""
+    if isinstance(err, httpx.LocalProtocolError | httpcore.LocalProtocolError):
+        return "an invalid header value"
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    return answer_reason(safe_uri(first.replace(url, "<url>")), url)
+
+
+def error_outcome(err: BaseException, url: str) -> str:
+    """The outcome of a post that raised ``err``: its class name (``ConnectError``,
+    ``ReadTimeout``), followed by the reason :func:`error_reason` gives when it gives one
+    (``"ConnectError: [Errno 111] Connection refused"``). :func:`status_of` reads no status in
+    it, so it is never final (:func:`is_final`): the receiver is retried."""
+    why = error_reason(err, url)
+    return f"{type(err).__name__}: {why}" if why else type(err).__name__
 
 
 _MARKUP = re.compile(r"<[A-Za-z!/?]")
@@ -627,7 +659,8 @@ def post_attempt(
 
     Returns:
         ``(delivered, outcome, retry_after_s, redirect)``; the outcome is the HTTP status or the
-        error's class name (``ReadTimeout`` when the deadline passed while the answer came);
+        error's class name and reason (:func:`error_outcome`: ``ConnectError: [Errno 111]
+        Connection refused``; ``ReadTimeout`` when the deadline passed while the answer came);
         with ``with_reason``, a status of 400 or more is followed by the start of the reason
         its body gives (:func:`answer_text`, :func:`answer_reason`: ``"404 no_service"``) when
         it gives one (never a redirection's, nor an HTML page);
@@ -645,9 +678,9 @@ def post_attempt(
                 except httpx.ResponseNotRead:
                     got = b""
     except httpx.HTTPError as err:
-        return False, type(err).__name__, None, None
+        return False, error_outcome(err, url), None, None
     except httpcore.TimeoutException as err:  # (raised by the deadline outside httpx's mapping)
-        return False, type(err).__name__, None, None
+        return False, error_outcome(err, url), None, None
     finally:
         _DEADLINE.at = None
     wait = retry_after(r) if r.status_code in RETRY_AFTER_STATUS else None
@@ -664,7 +697,8 @@ def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
     within :data:`POST_TIMEOUT_S` in all (:func:`post_attempt`).
 
     Returns:
-        ``(delivered, outcome)``; the outcome is the HTTP status or the error's class name.
+        ``(delivered, outcome)``; the outcome is the HTTP status or the error's class name and
+        reason (:func:`error_outcome`).
     """
     ok, outcome, _, _ = post_attempt(client, url, body)
     return ok, outcome

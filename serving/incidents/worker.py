@@ -4,10 +4,15 @@ Replicas on one database elect one worker through :class:`fleetmind.serving.db.L
 lock on SQLite, an advisory lock on PostgreSQL). Each loop of :class:`IncidentWorker` (about once a
 second, or when woken, or when a deferred ranking is due):
 
-1. confirms the lease (a lost lease drops the queued rankings: the next leader re-reads them);
+1. confirms the lease (a lost lease drops the queued rankings: the next leader re-reads them;
+   the warning says whether the lock's database connection failed or the database answered that
+   the lock is gone: :func:`lost_lock_line`);
 2. when it does not lead, tries to take the lease, and on success takes over (reloads the open
    incidents and queues the rankings the previous leader left undone; a take-over that fails is
-   tried again at the next loop, the lease kept);
+   tried again at the next loop, the lease kept); a process that takes the lease after it asked
+   for it before (a follower whose leader went away, or a leader that lost it) logs one INFO line
+   with its pid; the first lease a process takes as it starts logs none (every start of a single
+   replica would log it);
 3. groups pending alerts until none remain, ranking incidents deferred for ``backlog_rank_s`` in
    between so that a long storm starves none;
 4. ranks what is due and runs housekeeping;
@@ -30,13 +35,14 @@ as leader or as follower, clears it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from fleetmind.serving.db import PG_LOCK_WAIT_S, pg_thread_lock_wait, report_behind
-from fleetmind.serving.failure_log import FailureLog
+from fleetmind.serving.failure_log import FailureLog, first_line
 
 if TYPE_CHECKING:
     from fleetmind.serving.db import Database, LeaderLock
@@ -185,6 +191,24 @@ class WorkerHost(Protocol):
     def take_over(self) -> None: ...
 
 
+def lost_lock_line(error: BaseException | None) -> str:
+    """The warning for a leader lock this process (its pid named) lost, saying what it knows of
+    why: ``error``, the error of the lock's database connection (an outage: the lock went with
+    the connection, and this process takes it again once the database answers unless another
+    replica took it first), or ``None`` when the database answered that the lock's session no
+    longer holds it (another replica may take it over)."""
+    if error is not None:
+        return (
+            f"lost the leader lock (pid {os.getpid()}): its database connection failed "
+            f"({type(error).__name__}: {first_line(error)}); this process takes it again once the "
+            "database answers, unless another replica has taken it by then"
+        )
+    return (
+        f"lost the leader lock (pid {os.getpid()}): the database says this process's session no "
+        "longer holds it; another replica may take it over"
+    )
+
+
 class IncidentWorker:
     """The background thread that groups alerts while this process holds the leader lease.
 
@@ -215,6 +239,7 @@ class IncidentWorker:
         self.backlog_rank_s = backlog_rank_s
         self.db = db
         self._taking_over = False  # the lease was taken but take_over has not succeeded yet
+        self._tried_lead = False  # whether this process asked for the lease before (taken or not)
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self._wake = threading.Event()
@@ -288,8 +313,17 @@ class IncidentWorker:
             self._confirm()
         if not self.leader.held:
             if not self.leader.acquire():
+                self._tried_lead = True
                 return False  # another process groups alerts; check again in a second
             self._taking_over = True
+            if self._tried_lead:  # not a process's first lease at its start: a change to log
+                log.info(
+                    "incident worker: this process (pid %d) took the leader lock %s: it groups "
+                    "the alerts and sends the notifications now",
+                    os.getpid(),
+                    "back" if self.leader.lost else "over",
+                )
+            self._tried_lead = True
         if self._taking_over:  # until it succeeds: a failed one (a lock wait) keeps the lease
             self.host.take_over()
             self._taking_over = False
@@ -301,7 +335,7 @@ class IncidentWorker:
         rankings (the next leader re-reads them)."""
         if self.leader.check():
             return True
-        log.warning("incident worker: lost the leader lock; another replica may group")
+        log.warning("incident worker: %s", lost_lock_line(self.leader.lost_error))
         self.schedule.clear()
         return False
 

@@ -123,6 +123,7 @@ from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.graph_build import is_other_device
+from fleetmind.redact import terminal_safe
 from fleetmind.serving.scheduler.placement import (
     GPU_CAUSES,
     Option,
@@ -874,7 +875,11 @@ def _unknown_reason(name: str, index: NodeIndex) -> str:
     clusters that share the name go to a DEBUG line)."""
     if name in index.ambiguous:
         clusters = ", ".join(index.ambiguous[name])
-        log.debug("kube-scheduler extender: node %s is in clusters %s", name, clusters)
+        log.debug(
+            "kube-scheduler extender: node %s is in clusters %s",
+            terminal_safe(name),
+            terminal_safe(clusters),
+        )
         return (
             f"{REASON_PREFIX}node name is in several clusters: set FLEETMIND_SCHEDULER_CLUSTER "
             "to this scheduler's cluster"
@@ -896,7 +901,12 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
     node of the mixed strategy, which has instances of several profiles, MIG instances only for a
     ``nvidia.com/mig-<profile>`` pod of their profile)."""
     reason, final, detail = _cause(node, req, res)
-    log.debug("kube-scheduler extender: pod %s not on node %s: %s", req.key, node.name, detail)
+    log.debug(
+        "kube-scheduler extender: pod %s not on node %s: %s",
+        req.key,
+        terminal_safe(node.name),
+        terminal_safe(detail),
+    )
     return REASON_PREFIX + reason, final
 
 
@@ -995,7 +1005,7 @@ class NodeIndex:
                 "model: every node passes, all score 0, nothing is held; kube-scheduler's "
                 "NodeResourcesFit places the devices (logged once per pod; %d such pod(s) so far)",
                 req.key,
-                ", ".join(req.other_devices),
+                terminal_safe(", ".join(req.other_devices)),
                 self.claim_pods_seen,
             )
             return
@@ -1029,7 +1039,7 @@ class NodeIndex:
                     "kube-scheduler extender: %d node names are in several clusters (%s); set "
                     "FLEETMIND_SCHEDULER_CLUSTER to the scheduler's cluster",
                     len(self.ambiguous),
-                    ", ".join(sorted(self.ambiguous)[:5]),
+                    terminal_safe(", ".join(sorted(self.ambiguous)[:5])),
                 )
             self._snap, self._by_name = snap, by_name
         return {
@@ -1183,7 +1193,12 @@ def decide(
             continue
         if req.num_gpu and not _model_ok(node, req):
             reason, detail = _model_reason(node, req)
-            log.debug("kube-scheduler extender: pod %s not on node %s: %s", req.key, name, detail)
+            log.debug(
+                "kube-scheduler extender: pod %s not on node %s: %s",
+                req.key,
+                terminal_safe(name),
+                terminal_safe(detail),
+            )
             d.unresolvable[name] = REASON_PREFIX + reason
             continue
         r = replicas_for(node, req)

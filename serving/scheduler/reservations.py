@@ -94,6 +94,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import DataError
+from fleetmind.redact import terminal_safe
 from fleetmind.serving.db import Database, is_input_error, pg_lock_wait, reservations
 from fleetmind.serving.scheduler.placement import Option, Reservations, free_gpus
 from fleetmind.serving.schemas import JobSpec
@@ -594,7 +595,8 @@ class DbReservations(Reservations):
             log.info(
                 "scheduler hold: %s on node %s (cluster %s): GPUs %s at %d milli, %d mCPU, %d MiB, "
                 "for %.0f s unless seen bound (GET /api/v1/scheduler/holds)",
-                key, option.node, option.cluster, values["gpus"], values["gpu_milli"],
+                terminal_safe(key), terminal_safe(option.node), terminal_safe(option.cluster),
+                values["gpus"], values["gpu_milli"],
                 job.cpu_milli, job.memory_mib, self.ttl_s,
             )  # fmt: skip
         return True

@@ -300,7 +300,7 @@ from fleetmind.data.graph_build import (
 )
 from fleetmind.http_client import client as proxied_client
 from fleetmind.http_client import proxied_answer_note, proxy_note
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.serving.telemetry.base import (
     IDLE_UTIL_PCT,
     MIG_CHANGE,
@@ -2082,8 +2082,8 @@ def _warn_unknown_memory(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> No
             "DCGM_FI_DEV_FB_FREE (nor DCGM_FI_DEV_FB_TOTAL): GPU memory is unknown there, and a "
             "GPU no pod holds counts free when its utilisation is under %g %%; add "
             "DCGM_FI_DEV_FB_FREE to the exporter's counters CSV",
-            cluster,
-            host,
+            terminal_safe(cluster),  # Prometheus label values: a newline would forge a line
+            terminal_safe(host),
             IDLE_UTIL_PCT,
         )
 
