@@ -91,6 +91,12 @@ class FailureLog:
         )
         self._since, self._shown, self._database = None, set(), False
 
+    def forget(self) -> None:
+        """End the current run of failures without a line: the loop stopped running here (the
+        notifier of a process that lost the leader lock), so no later success, perhaps hours
+        on, reports a recovery of it."""
+        self._since, self._shown, self._database = None, set(), False
+
 
 def first_line(err: BaseException) -> str:
     """The first line of the driver's message of ``err`` (``err.orig`` for a SQLAlchemy error),

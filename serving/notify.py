@@ -158,9 +158,6 @@ Alertmanager."""
 SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
-NOT_CHANNELS = frozenset({OUTBOX, SEVERITY_WAS, KEPT})
-"""Keys of a ``notifications`` row's ``delivery`` JSON that are not a channel's outcome: what the
-notifier still has to send or re-send beside it, not a fate."""
 RETRY_STATUS = frozenset({407, 408, 425, 429, 500, 502, 503, 504})
 """Statuses of a failure that may pass, retried with back-off; so is every status of 500 or more
 (:func:`is_final`: a Cloudflare-fronted chat's 520-524 or 530 while its origin is down, a 501 or
@@ -479,6 +476,25 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 bidirectional and zero-width ones left are shown escaped: :func:`fleetmind.redact.terminal_safe`)."""
 
 
+_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|[rnt])")
+"""An escape :func:`fleetmind.redact.terminal_safe` writes (``\\u202e``, ``\\U000e0041``)."""
+
+
+def shown_cut(text: str, limit: int) -> str:
+    """``text`` shown escaped (:func:`fleetmind.redact.terminal_safe`) and cut to at most
+    ``limit`` characters of what is shown, never inside an escape: a bidirectional or zero-width
+    control is 6 characters shown, a tag character 10, so cutting before escaping let 200
+    characters of an answer become 2,000 of a log line."""
+    shown = terminal_safe(text[:limit])  # each character shows as one or more: enough to cut
+    if len(shown) <= limit:
+        return shown
+    end = limit
+    for m in _ESCAPE.finditer(shown, max(0, limit - 10), limit + 10):
+        if m.start() < limit < m.end():
+            end = m.start()
+    return shown[:end]
+
+
 def redirect_target(response: httpx.Response) -> str | None:
     """Where a redirection (:data:`REDIRECT_STATUS`) points, fit for a log: its ``Location``
     resolved against the URL posted, without credentials, query, fragment or path parameters
@@ -491,7 +507,7 @@ def redirect_target(response: httpx.Response) -> str | None:
     try:
         u = response.request.url.join(location).copy_with(userinfo=b"", query=None, fragment=None)
         u = u.copy_with(raw_path=re.sub(rb";[^/]*", b"", u.raw_path))
-        return terminal_safe(_CONTROL.sub("?", str(u))[:300])
+        return shown_cut(_CONTROL.sub("?", str(u)), 300)
     except (httpx.InvalidURL, RuntimeError, ValueError, TypeError):
         return None
 
@@ -508,7 +524,7 @@ def answer_reason(text: str, url: str) -> str:
     for part in sorted({url, secret.path if len(secret.path) > 1 else ""}, key=len, reverse=True):
         if part:
             text = text.replace(part, "<url>")
-    return terminal_safe(_CONTROL.sub("?", " ".join(text.split()))[:REASON_CHARS].strip())
+    return shown_cut(_CONTROL.sub("?", " ".join(text.split())), REASON_CHARS).strip()
 
 
 def error_reason(err: BaseException, url: str) -> str:
@@ -1077,12 +1093,12 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
         )
         return sent, None, None
     failing, dropped = [], []
-    for channel, outcome in sorted(delivery.items()):
-        # what the notifier still has to send (a list, a dict), not a fate; a key a newer release
-        # adds is skipped too rather than failing the incident page
-        if channel in NOT_CHANNELS or not isinstance(outcome, str):
+    for channel, name in sorted(CHANNEL_NAMES.items()):
+        # only the channels' outcomes: the other keys (OUTBOX, KEPT, SEVERITY_WAS, or one a newer
+        # release adds) are what the notifier still has to send, not a fate
+        outcome = delivery.get(channel)
+        if not isinstance(outcome, str):
             continue
-        name = CHANNEL_NAMES.get(channel, channel)
         if outcome == "sent":
             continue
         if not outcome.startswith("dropped: "):
@@ -1205,6 +1221,7 @@ class Notifier:
         while not self._stop.wait(self.settings.notify_poll_s):
             if not self.is_leader():  # another process notifies: read all afresh when back
                 self._stable.clear()
+                self._failures.forget()  # its failures are not this process's to recover from
                 continue
             try:
                 self.poll()

@@ -42,6 +42,7 @@ from fleetmind.serving.notify import (
     REASON_CHARS,
     Notifier,
     answer_reason,
+    delivery_outcome,
     error_outcome,
     is_final,
     post_attempt,
@@ -313,7 +314,59 @@ def test_a_take_over_is_logged_with_the_pid_but_not_a_first_start(
     (line,) = _takeovers(caplog)
     assert f"pid {os.getpid()}" in line and "took the leader lock over" in line
     assert line.startswith("incident worker: ")
+    # the second loses it, the first holds it meanwhile, then lets it go: the second takes it
+    # over from another process, not "back" (its count of lost locks is not reset)
+    caplog.clear()
+    second.leader.lost += 1  # as check() does when the lock's session is gone
     second.leader.release()
+    with caplog.at_level(logging.INFO, logger="fleetmind"):
+        assert first._lead() and not second._lead()
+        first.leader.release()
+        assert second._lead()
+    lines = _takeovers(caplog)
+    assert len(lines) == 2 and all("took the leader lock over" in m for m in lines), lines
+    second.leader.release()
+
+
+def test_a_reason_stays_bounded_as_shown() -> None:
+    """Escaping after the cut let 200 characters of zero-width spaces or tag characters become a
+    1,200 or 2,000 character log line and delivery note."""
+    url = "http://hooks.test/x"
+    for ch in ("\u200b", "\U000e0041", "\u202e"):
+        why = answer_reason("no_service " + ch * 400, url)
+        assert why.startswith("no_service \\") and len(why) <= REASON_CHARS, (ch, len(why))
+        assert why.endswith(ascii(ch)[1:-1]), why[-12:]  # cut between escapes, not inside one
+
+
+def test_only_channel_outcomes_are_read_from_the_delivery() -> None:
+    """A text-valued key that is not a channel (one a newer release adds) is no failing channel
+    on the incident page; the kept causes' list is skipped (it made the page a 500)."""
+    row = {
+        "state": "firing",
+        "delivery": {"alertmanager": "sent", "suppressed_by": "silence-1", "kept": [{"x": 1}]},
+    }
+    assert delivery_outcome(row) == (True, None, None)
+    row["delivery"] = {"alertmanager": "500", "webhook": "dropped: 404 no_service"}
+    assert delivery_outcome(row) == (
+        False,
+        "Alertmanager: 500",
+        "the webhook refused it: 404 no_service",
+    )
+
+
+def test_a_lost_lead_forgets_the_notifiers_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """A process whose notifier failed, then lost the lock, logged "reachable again after 21604
+    s" when it led again hours later: its run of failures ends when it stops running the loop."""
+    from sqlalchemy.exc import OperationalError
+
+    now = [0.0]
+    flog = FailureLog(logging.getLogger("fleetmind.test"), "notifier", clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="fleetmind"):
+        flog.failed(OperationalError("SELECT 1", {}, Exception("connection refused")))
+        flog.forget()
+        now[0] = 21604.0
+        flog.succeeded()
+    assert not [m for m in caplog.messages if "reachable again" in m]
 
 
 def test_a_lock_lost_to_a_dead_connection_says_so(

@@ -240,6 +240,7 @@ class IncidentWorker:
         self.db = db
         self._taking_over = False  # the lease was taken but take_over has not succeeded yet
         self._tried_lead = False  # whether this process asked for the lease before (taken or not)
+        self._held_elsewhere = False  # whether another process held it since this one last did
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self._wake = threading.Event()
@@ -312,18 +313,20 @@ class IncidentWorker:
         if self.leader.held:
             self._confirm()
         if not self.leader.held:
-            if not self.leader.acquire():
-                self._tried_lead = True
+            if not self.leader.acquire():  # (a database error raises instead)
+                self._tried_lead = self._held_elsewhere = True
                 return False  # another process groups alerts; check again in a second
             self._taking_over = True
             if self._tried_lead:  # not a process's first lease at its start: a change to log
+                # "back": it lost the lock and no other process held it since (an outage)
+                back = self.leader.lost and not self._held_elsewhere
                 log.info(
                     "incident worker: this process (pid %d) took the leader lock %s: it groups "
                     "the alerts and sends the notifications now",
                     os.getpid(),
-                    "back" if self.leader.lost else "over",
+                    "back" if back else "over",
                 )
-            self._tried_lead = True
+            self._tried_lead, self._held_elsewhere = True, False
         if self._taking_over:  # until it succeeds: a failed one (a lock wait) keeps the lease
             self.host.take_over()
             self._taking_over = False
