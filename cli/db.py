@@ -85,8 +85,10 @@ def _open(args: argparse.Namespace, create: bool) -> Any:
     from fleetmind.serving.db import Database
     from fleetmind.serving.settings import Settings
 
-    try:
-        settings = Settings()
+    try:  # with the flag, the environment's URL is not read (init arguments come first): the
+        # flag's is checked by Database below, which names it rather than the setting
+        given = {"database_url": "sqlite://"} if args.database_url else {}
+        settings = Settings(**given)
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
     db = Database(

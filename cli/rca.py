@@ -501,7 +501,9 @@ def _evaluate_command(args: argparse.Namespace) -> str:
     (``shlex.join``), a database URL's password masked."""
     out = ["fleetmind", "rca", "evaluate"]
     if args.feedback_db:
-        out += ["--feedback-db", safe_uri(args.feedback_db)]
+        from fleetmind.serving.db import shown_url
+
+        out += ["--feedback-db", shown_url(args.feedback_db)]
         for flag, value in (
             ("--feedback-since", getattr(args, "feedback_since", None)),
             ("--feedback-until", getattr(args, "feedback_until", None)),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import linecache
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
 """Relation types of the message graph: forward kinds, reverse kinds, self loop."""
 
 SELF_LOOP = 2 * len(EDGE_KINDS)
+
+
+_RENDERING = threading.Lock()
+"""Held while a :class:`GATRanker` builds its convolutions: torch_geometric checks
+``sys.modules`` and renders without a lock, so threads building the first model at once each
+rendered (and left) their own files."""
 
 
 def _drop_rendered_sources() -> list[Path]:
@@ -199,7 +206,22 @@ class GATRanker(nn.Module):
             nn.Linear(NUM_EDGE_FEATURES, c.edge_dim) if c.neighbours else None
         )
         self.norms = nn.ModuleList(nn.LayerNorm(c.hidden) for _ in range(c.layers))
-        self.convs = nn.ModuleList(
+        with _RENDERING:  # torch_geometric renders without a lock: one thread at a time
+            self.convs = self._convs(c)
+            _drop_rendered_sources()
+        self.drop = nn.Dropout(c.dropout)
+        self.score_head = nn.Sequential(
+            nn.LayerNorm(c.hidden), nn.Linear(c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, 1)
+        )
+        n_fault = max(len(c.fault_types), 1)
+        self.fault_head = nn.Sequential(
+            nn.Linear(2 * c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, n_fault)
+        )
+
+    @staticmethod
+    def _convs(c: GATConfig) -> nn.ModuleList:
+        """The ``layers`` GATv2 convolutions of config ``c``."""
+        return nn.ModuleList(
             GATv2Conv(
                 c.hidden,
                 c.hidden // c.heads,
@@ -209,15 +231,6 @@ class GATRanker(nn.Module):
                 add_self_loops=False,
             )
             for _ in range(c.layers)
-        )
-        _drop_rendered_sources()
-        self.drop = nn.Dropout(c.dropout)
-        self.score_head = nn.Sequential(
-            nn.LayerNorm(c.hidden), nn.Linear(c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, 1)
-        )
-        n_fault = max(len(c.fault_types), 1)
-        self.fault_head = nn.Sequential(
-            nn.Linear(2 * c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, n_fault)
         )
 
     def forward(

@@ -2013,6 +2013,20 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def shown_url(url: str) -> str:
+    """Database URL ``url`` fit for a message, a log line or JSON: its password masked
+    (SQLAlchemy's ``render_as_string(hide_password=True)``, which masks a password holding a
+    space too, where :func:`fleetmind.redact.safe_uri` stops at it; then ``safe_uri`` for a
+    ``?password=``), or ``<database URL>`` for one SQLAlchemy cannot parse or whose password
+    holds an unencoded ``@`` (:func:`~fleetmind.serving.settings.database_url_problem`)."""
+    if database_url_problem(url) is not None:
+        return "<database URL>"
+    try:
+        return safe_uri(make_url(normalise_url(url)).render_as_string(hide_password=True))
+    except Exception:  # not a URL SQLAlchemy can parse: say nothing about it
+        return "<database URL>"
+
+
 def open_error(url: URL, err: BaseException) -> str:
     """The one line for a database at ``url`` that could not be opened: ``cannot open the
     database at <url>: <the first line of the driver's reason>``. The URL is masked alone

@@ -41,10 +41,15 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph, GraphNode
 from fleetmind.data.rca_gen.faults import plausible_fault_types
 from fleetmind.redact import safe_uri
-from fleetmind.serving.db import Database, feedback_graphs, incident_feedback, incidents
+from fleetmind.serving.db import (
+    Database,
+    feedback_graphs,
+    incident_feedback,
+    incidents,
+    shown_url,
+)
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
-from fleetmind.serving.settings import database_url_problem
 
 log = logging.getLogger(__name__)
 
@@ -416,7 +421,7 @@ def feedback_incidents(
         uri_mode = str(parsed.query.get("uri", "")).lower() in ("true", "1")
         if file and file != ":memory:" and not uri_mode and not Path(file).is_file():
             raise NotAvailableError(
-                f"cannot read the feedback database {safe_uri(repr(url))}: no such file {file}"
+                f"cannot read the feedback database {shown_url(url)}: no such file {file}"
             )
     try:
         db = Database(url)
@@ -426,7 +431,7 @@ def feedback_incidents(
     try:
         if "incident_feedback" not in names:
             raise NotAvailableError(
-                f"{safe_uri(repr(url))} holds no incident_feedback table (is it the service's "
+                f"{shown_url(url)} holds no incident_feedback table (is it the service's "
                 "database?)"
             )
         c = incident_feedback.c
@@ -465,12 +470,12 @@ def feedback_incidents(
 
 def _unreadable(url: str, err: BaseException) -> str:
     """The one-line error for a feedback database ``url`` that cannot be read: the URL with its
-    password masked (:func:`fleetmind.redact.safe_uri`) and the first line of the driver's
+    password masked (:func:`~fleetmind.serving.db.shown_url`) and the first line of the driver's
     error (SQLAlchemy appends its "Background on this error" link on a line of its own)."""
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    if database_url_problem(url) is not None:  # the mask could show the part after an @
-        return f"cannot read the feedback database (URL not quoted): {first}"
-    return safe_uri(f"cannot read the feedback database {url!r}: {first}")
+    if isinstance(err, ConfigError):  # Database refused the URL: its line says why, unquoted
+        return f"cannot read the feedback database: {first}"
+    return f"cannot read the feedback database {shown_url(url)}: {safe_uri(first)}"
 
 
 def _labelled(

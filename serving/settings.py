@@ -77,7 +77,10 @@ def database_url_problem(url: str) -> str | None:
     password at its first ``@`` (``_parse_url`` in ``sqlalchemy/engine/url.py``: the password is
     ``[^@]*``), so the rest of it becomes the host or the database name, and the driver's error
     quotes that (``failed to resolve host 'tP4ss@db'``). The URL is never quoted here. An ``@`` in
-    the user name before the ``:`` (``fm@server:pw@db``) is parsed as meant and left alone."""
+    the user name before the ``:`` (``fm@server:pw@db``) or in the query
+    (``?application_name=ops@fleet``) is parsed as meant and left alone; one in the database name
+    cannot be told from a password cut short, and is written ``%40`` there too (SQLAlchemy decodes
+    it)."""
     _scheme, sep, rest = url.partition("://")
     if not sep:
         return None
@@ -85,12 +88,14 @@ def database_url_problem(url: str) -> str | None:
     if user_end < 0 or rest[user_end] != ":":
         return None  # no password: a user name holding an @ is parsed as meant
     password_end = rest.find("@", user_end + 1)
-    if password_end < 0 or "@" not in rest[password_end + 1 :]:
+    query = rest.find("?", password_end + 1)  # an @ in the query is parsed as meant
+    if password_end < 0 or "@" not in rest[password_end + 1 : None if query < 0 else query]:
         return None
     return (
-        "an @ follows the one that ends the password, so the password would be cut at its first @ "
-        "and the rest sent as the host or database name; percent-encode @ in the user name or "
-        "password as %40 (a password p@ss is written p%40ss)"
+        "an @ follows the one that ends the password, in the host or database name: a password "
+        "holding an @ is cut at its first @ and the rest sent as the host or database name; "
+        "percent-encode @ in the user name, password or database name as %40 (a password p@ss "
+        "is written p%40ss)"
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -49,6 +50,7 @@ def _clean(line: str) -> None:
         "postgresql+psycopg://fm:S3cr@tP4ss/x@db/fm",  # the rest would be the database name
         "postgresql+psycopg://fm:S3cr@t P4ss@db/fm",  # whitespace ends safe_uri's mask
         "postgresql+psycopg://fm@srv:S3cr@tP4ss@db/fm",
+        "postgresql+psycopg://fm:S3cr@tP4ss@db/fm?application_name=x",
     ],
 )
 def test_a_password_with_an_unencoded_at_is_a_problem(url: str) -> None:
@@ -64,6 +66,10 @@ def test_a_password_with_an_unencoded_at_is_a_problem(url: str) -> None:
         "postgresql+psycopg://fm@srv:pw@db/fm",  # an Azure-style user name holding an @
         "postgresql+psycopg://fm@srv@db/fm",  # no password
         "postgresql+psycopg://fm:pw@db/fm?application_name=a%40b",
+        # an @ in the query is parsed as meant (SQLAlchemy passes application_name=ops@fleet)
+        "postgresql+psycopg://fm:pw@db/fm?application_name=ops@fleet",
+        "postgres://fm:pw@db/fm?host=/run/p@g&sslrootcert=/etc/ca@x.pem",
+        "postgresql+psycopg://fm:pw@db/f%40m",  # a database name's @ written %40
         "sqlite:////srv/a@b@c/fleetmind.db",
         "sqlite:///fleetmind.db",
         "host=db password=x@y@z",  # not a URL: Database's own check describes it
@@ -169,3 +175,39 @@ def test_real_postgresql_never_sees_the_cut_password(pg: PgCluster) -> None:
     good = _fleetmind("db", "current", "--database-url", bad.replace("S3cr@", "S3cr%40"))
     assert good.returncode == 0, good.stderr
     assert "revision none" in good.stdout and "127.0.0.1" in good.stdout
+
+
+def test_the_flag_is_used_when_the_environment_holds_a_refused_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fleetmind db current --database-url GOOD`` with a refused ``FLEETMIND_DATABASE_URL`` in
+    the environment reads the flag's database, as before the refusal existed."""
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", BAD)
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "fm.db").close()
+    good = f"sqlite:///{tmp_path}/fm.db"
+    rc = cli.main(["db", "current", "--database-url", good])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert not any(f in out + err for f in FRAGMENTS)
+
+
+def test_feedback_database_lines_mask_a_password_holding_a_space(
+    tmp_path: Path,
+) -> None:
+    """``safe_uri``'s mask stops at whitespace: the feedback database's errors and the rerun
+    command of ``rca evaluate`` printed ``fm:S3cr tP4ss@...`` whole."""
+    from fleetmind.cli import build_parser
+    from fleetmind.cli.rca import _evaluate_command
+    from fleetmind.data.errors import NotAvailableError
+    from fleetmind.serving.feedback import feedback_incidents
+
+    url = "postgresql+psycopg://fm:S3cr tP4ss@127.0.0.1:1/fm"
+    with pytest.raises(NotAvailableError) as info:
+        feedback_incidents(url)
+    assert not any(f in str(info.value) for f in FRAGMENTS), str(info.value)
+    assert "://***@127.0.0.1:1/fm" in str(info.value)
+    args = build_parser().parse_args(["rca", "evaluate", "--feedback-db", url])
+    line = _evaluate_command(args)
+    assert not any(f in line for f in FRAGMENTS), line

@@ -384,8 +384,9 @@ def test_a_process_that_builds_the_gat_leaves_no_rendered_sources_in_tmpdir(tmp_
     """torch_geometric renders ``GATv2Conv.propagate``/``edge_updater`` into ``$TMPDIR`` and never
     deletes the files (``torch_geometric/template.py``, ``NamedTemporaryFile(delete=False)``):
     two files per process. A fresh process (the rendering happens once per process) builds the
-    model, runs it, raises inside the rendered code, and must leave ``$TMPDIR`` without them while
-    tracebacks and ``inspect.getsource`` still show the rendered source."""
+    model in four threads at once (torch_geometric renders without a lock), then runs one,
+    raises inside the rendered code, and must leave ``$TMPDIR`` without them while tracebacks
+    and ``inspect.getsource`` still show the rendered source."""
     import os
     import subprocess
     import sys
@@ -394,6 +395,16 @@ def test_a_process_that_builds_the_gat_leaves_no_rendered_sources_in_tmpdir(tmp_
 import inspect, traceback, torch
 from torch_geometric.nn import GATv2Conv
 from fleetmind.rca.model import GATConfig, GATRanker
+import threading
+gate = threading.Barrier(4)  # four threads build the process's first model at once
+def build():
+    gate.wait()
+    GATRanker(GATConfig(hidden=8, heads=2, layers=2))
+threads = [threading.Thread(target=build) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 torch.manual_seed(0)
 model = GATRanker(GATConfig(hidden=8, heads=2, layers=2)).eval()
 x = torch.randn(3, model.config.in_dim)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.serving.db import shown_url
 from fleetmind.serving.feedback import feedback_incidents, feedback_time
-from fleetmind.serving.settings import database_url_problem
 
 
 def merge_feedback(
@@ -134,17 +134,8 @@ def merged_dir(
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password masked (for logs and JSON); ``<database URL>`` for one whose
-    password holds an unencoded ``@`` (:func:`~fleetmind.serving.settings.database_url_problem`:
-    SQLAlchemy would show the part after it as the host)."""
-    if database_url_problem(url) is not None:
-        return "<database URL>"
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy can parse: say nothing about it
-        return "<database URL>"
+    """``url`` with any password masked (for logs and JSON): :func:`fleetmind.serving.db.shown_url`."""
+    return shown_url(url)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
