@@ -2016,15 +2016,17 @@ def normalise_url(url: str) -> str:
 def shown_url(url: str) -> str:
     """Database URL ``url`` fit for a message, a log line or JSON: its password masked
     (SQLAlchemy's ``render_as_string(hide_password=True)``, which masks a password holding a
-    space too, where :func:`fleetmind.redact.safe_uri` stops at it; then ``safe_uri`` for a
-    ``?password=``), or ``<database URL>`` for one SQLAlchemy cannot parse or whose password
+    space too, where :func:`fleetmind.redact.safe_uri` stops at it: ``fm:***@db``; then
+    ``safe_uri`` over the query for a ``?password=``), or ``<database URL>`` for one SQLAlchemy cannot parse or whose password
     holds an unencoded ``@`` (:func:`~fleetmind.serving.settings.database_url_problem`)."""
     if database_url_problem(url) is not None:
         return "<database URL>"
     try:
-        return safe_uri(make_url(normalise_url(url)).render_as_string(hide_password=True))
+        shown = make_url(normalise_url(url)).render_as_string(hide_password=True)
     except Exception:  # not a URL SQLAlchemy can parse: say nothing about it
         return "<database URL>"
+    base, mark, query = shown.partition("?")  # the user name stays readable (fm:***@db)
+    return base + (safe_uri(mark + query) if mark else "")
 
 
 def open_error(url: URL, err: BaseException) -> str:

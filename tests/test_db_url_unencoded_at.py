@@ -207,7 +207,7 @@ def test_feedback_database_lines_mask_a_password_holding_a_space(
     with pytest.raises(NotAvailableError) as info:
         feedback_incidents(url)
     assert not any(f in str(info.value) for f in FRAGMENTS), str(info.value)
-    assert "://***@127.0.0.1:1/fm" in str(info.value)
+    assert "://fm:***@127.0.0.1:1/fm" in str(info.value)
     args = build_parser().parse_args(["rca", "evaluate", "--feedback-db", url])
     line = _evaluate_command(args)
     assert not any(f in line for f in FRAGMENTS), line
