@@ -40,6 +40,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from fleetmind import argtypes
 
@@ -50,6 +51,7 @@ from fleetmind.cli.runner import (  # noqa: F401
     StdoutCheckingParser,
     _path_error,
     _stdout_closed,
+    leave_sigterm_default,
     run_main,
 )
 
@@ -113,6 +115,50 @@ OPENB_FALLBACK_GROUPS = ("sched", "fleet")
 (``demo`` does the same in its placement step)."""
 
 
+OWN_SIGTERM_GROUPS = ("serve",)
+"""Groups that handle SIGTERM themselves: ``fleetmind serve`` (uvicorn's graceful shutdown, then
+the signal raised again: docs/serving/operations.md, "Signals"). Every other command unwinds on
+SIGTERM as on Ctrl-C and exits with 143 (:mod:`fleetmind.cli.runner`)."""
+
+
+def _matplotlib_dir_writable() -> None:
+    """Point ``MPLCONFIGDIR`` at a temporary folder, removed at exit, when it is unset and the
+    folders matplotlib would use (``$XDG_CONFIG_HOME`` or ``~/.config``, and ``$XDG_CACHE_HOME``
+    or ``~/.cache``, each ``/matplotlib``) cannot be written (a read-only home in a container or a
+    CI runner). matplotlib, which ``rca train`` imports through its libraries, otherwise printed two
+    warnings (``mkdir -p failed for path ...``, ``Matplotlib created a temporary cache
+    directory ...``: ``_get_config_or_cache_dir`` in ``matplotlib/__init__.py``) among the
+    command's own one-line messages. Nothing is created in the home folder here."""
+    if os.environ.get("MPLCONFIGDIR") or "matplotlib" in sys.modules:
+        return
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):  # no home at all: the command reports it (or never needs it)
+        return
+    bases = [
+        Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config"),
+        Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache"),
+    ]
+    if all(_writable(base / "matplotlib") for base in bases):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="fleetmind-matplotlib-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["MPLCONFIGDIR"] = folder
+
+
+def _writable(folder: Path) -> bool:
+    """Whether ``folder`` can be written, or made: the folder itself when it exists, else its
+    nearest existing parent."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+    return False
+
+
 def _openb_fallback_note() -> None:
     from fleetmind.cli.data import synthetic_openb_note
 
@@ -162,7 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 os.environ[OPENB_FALLBACK_ENV] = saved
 
-    return run_main(run, prog="fleetmind")
+    _matplotlib_dir_writable()
+    # main() with no arguments is the console script (or `python -m fleetmind.cli`): the process
+    # ends when run_main returns, so a late Ctrl-C is ignored instead of breaking Python's exit
+    return run_main(run, prog="fleetmind", at_exit=argv is None)
 
 
 def _parse_and_run(argv: Sequence[str] | None) -> int | None:
@@ -179,6 +228,8 @@ def _parse_and_run(argv: Sequence[str] | None) -> int | None:
         # or 2 and one line), as for --help, not the 2 of a missing command
         sys.stdout.flush()
         return 0 if args.group is None else 2
+    if args.group in OWN_SIGTERM_GROUPS:
+        leave_sigterm_default()
     if args.group in OPENB_FALLBACK_GROUPS:
         _openb_fallback_note()
     if argtypes.is_stdout(getattr(args, "json", None)):

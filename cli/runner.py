@@ -16,12 +16,20 @@
   :meth:`pathlib.Path.home` reports as a ``RuntimeError``) prints one line telling to set
   ``HOME`` and gives status 2;
 * Ctrl-C prints ``<prog>: interrupted`` and gives status 130;
-* SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal (status 143 in a
-  shell, no handler here: Lightning and uvicorn install their own); worker pools and the demo's
-  service are started to die with it (:func:`fleetmind.children.die_with_parent`). As PID 1 (a
-  container's exec-form entrypoint), where the kernel ignores a signal left to its default action,
-  a handler ends the command with status 143 until the command installs its own
-  (:func:`_end_on_sigterm`);
+* SIGTERM (``kill``, ``timeout``, a CI job's cancel, systemd, Kubernetes) unwinds the command like
+  Ctrl-C: the handler :func:`_end_on_sigterm` raises :class:`fleetmind.errors.Terminated` (a
+  ``KeyboardInterrupt``) where the command was, so ``finally`` blocks and context managers run (an
+  MLflow run is ended ``KILLED``, temporary folders are removed), then ``<prog>: interrupted`` and
+  status 143 (128 + SIGTERM); as PID 1 (a container's exec-form entrypoint, where the kernel drops
+  a signal left to its default action) too. A handler a library installs while it runs (Lightning's
+  in the fit, uvicorn's in ``fleetmind serve``) takes over meanwhile; ``fleetmind serve`` keeps
+  SIGTERM's default action (:func:`leave_sigterm_default`). Worker pools and the demo's service
+  are started to die with the command (:func:`fleetmind.children.die_with_parent`);
+* once the command's work and output are done, SIGINT or SIGTERM during the console script's exit
+  (``at_exit``) ends the process at once, quietly, with the command's status: a Ctrl-C in Python's
+  shutdown printed ``Exception ignored in atexit callback ... KeyboardInterrupt`` and exited 0
+  after a complete run; an exit that hangs (a tracking server that does not answer) stays
+  stoppable;
 * a stdout or stderr that was closed (``>&-``, ``2>&-``) reads as ``os.devnull``: the command
   still writes its files (status 141 when a closed stdout had something to print), and a path
   stdout cannot encode (``PYTHONIOENCODING=ascii``, a C locale without UTF-8 mode, a non-UTF-8
@@ -56,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import errno
 import functools
 import io
@@ -66,7 +75,7 @@ import sys
 from collections.abc import Callable
 from typing import IO
 
-from fleetmind.errors import FleetMindError
+from fleetmind.errors import FleetMindError, Terminated
 from fleetmind.redact import terminal_safe
 
 STDOUT_CLOSED_STATUS = 141
@@ -297,50 +306,92 @@ _ESCAPED = {"strict": "backslashreplace", "surrogateescape": "fleetmind.surrogat
 command runs, and their replacements: what the stream cannot encode is escaped, not an error."""
 
 
+_SIGTERM_OWNER: list[int] = []
+"""The process that installed :func:`_end_on_sigterm` (a forked child inherits the handler)."""
+
+
 def _end_on_sigterm(signum: int, _frame: object) -> None:
-    """SIGTERM handler of a command that runs as PID 1 of its PID namespace (the image's
-    exec-form ``ENTRYPOINT``, a pod's container): the kernel drops every signal whose action is the
-    default for that process (pid_namespaces(7)), so a SIGTERM before the command installed a
-    handler of its own (``fleetmind serve``: 2-5 s of imports and the schema upgrade before
-    uvicorn's) was ignored, and the pod ran until SIGKILL. Ends the command with status
-    128 + ``signum`` (143) by ``SystemExit``: ``finally`` blocks run (a schema upgrade rolls its
-    revision back, the database is closed), no traceback. A forked child (not PID 1) that inherited
-    the handler ends by the signal, as without one. It does nothing when it is no longer the
-    installed handler: Lightning calls the handler it replaced from its own, and keeps its stop at
-    a batch boundary. uvicorn puts it back after its graceful shutdown and raises the signal again,
-    which then ends the command with 143 (the default action was ignored: status 0)."""
+    """SIGTERM handler of a command: raises :class:`fleetmind.errors.Terminated` where the main
+    thread was, so that the command unwinds as on Ctrl-C and :func:`run_main` ends it with
+    ``<prog>: interrupted`` and status 128 + ``signum`` (143). Before, SIGTERM's default action
+    ended the process where it was: no ``finally``, no MLflow end-run (the run stayed ``RUNNING``
+    for ever), MLflow's temporary model copy left in ``$TMPDIR``; and as PID 1 of a PID namespace
+    (the image's exec-form ``ENTRYPOINT``) the kernel drops a signal left to its default action
+    (pid_namespaces(7)), so the command ran on until SIGKILL.
+
+    It does nothing when it is no longer the installed handler: Lightning calls the handler it
+    replaced from its own, and keeps its stop at a batch boundary (``_SignalConnector`` in
+    ``pytorch_lightning/trainer/connectors/signal_connector.py``). A forked child (a worker pool's
+    process) that inherited it ends by the signal, as without one. The handler stays installed:
+    should the exception be swallowed (raised inside a finaliser, "Exception ignored in ..."), a
+    later SIGTERM still stops the command."""
     if signal.getsignal(signum) is not _end_on_sigterm:
         return
-    if os.getpid() != 1:
+    if _SIGTERM_OWNER and os.getpid() != _SIGTERM_OWNER[-1]:
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
-    # PID 1 keeps this handler: should the SystemExit be swallowed (raised inside a finaliser,
-    # "Exception ignored in ..."), the default action would make the kernel drop every later SIGTERM
-    raise SystemExit(128 + signum)
+        return
+    raise Terminated(signum)
 
 
-def _guard_pid1() -> Callable[[], None]:
-    """Install :func:`_end_on_sigterm` for SIGTERM when this process is PID 1 and SIGTERM has no
-    handler; return what puts the default back (for in-process callers). Elsewhere nothing
-    changes: SIGTERM's default action ends the command."""
-    if os.getpid() != 1 or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+def _guard_sigterm() -> Callable[[], None]:
+    """Install :func:`_end_on_sigterm` for SIGTERM when SIGTERM has its default action (in the
+    main thread: only it may install handlers); return what puts the default back (for
+    in-process callers). A handler someone else installed is left alone."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return lambda: None
     try:
         signal.signal(signal.SIGTERM, _end_on_sigterm)
-    except ValueError:  # not the main thread: only it may install handlers
+    except ValueError:  # not the main thread
         return lambda: None
+    _SIGTERM_OWNER.append(os.getpid())
 
     def undo() -> None:
+        _SIGTERM_OWNER.pop()
         if signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     return undo
 
 
-def run_main(fn: Callable[[], int | None], prog: str) -> int:
+def leave_sigterm_default() -> None:
+    """Give SIGTERM its default action back for a command that handles it itself
+    (``fleetmind serve``: uvicorn's graceful shutdown, then the signal raised again; see
+    ``fleetmind.cli.serve``). As PID 1 the handler stays: there the default action is to drop the
+    signal, and :func:`_end_on_sigterm` ends the start-up (imports, the schema upgrade) with 143."""
+    if os.getpid() != 1 and signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _exit_on_stop_signals(status: int | None) -> None:
+    """From here on (the console script's exit: the command's work and output are done), SIGINT
+    and SIGTERM end the process at once, quietly, with the command's ``status`` (128 + the
+    signal's number when it has none). A Ctrl-C in Python's shutdown printed ``Exception ignored
+    in atexit callback ... KeyboardInterrupt`` with a traceback; ignoring the signals instead
+    would leave an exit that hangs (MLflow's last call to a tracking server that does not answer)
+    stoppable by SIGKILL only. What is left of the exit's cleanup is skipped: the outputs are
+    written, the streams are flushed here."""
+
+    def handler(signum: int, _frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a stream closed or busy: nothing to lose
+                stream.flush()
+        os._exit(128 + signum if status is None else status)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(signum, handler)
+        except ValueError:  # pragma: no cover - not the main thread
+            return
+
+
+def run_main(fn: Callable[[], int | None], prog: str, at_exit: bool = False) -> int:
     """Call the entry point ``fn`` and return the process exit status, keeping the error contract
     of the module docstring: ``fn``'s own status (``None`` counts as 0), 2 with one line on stderr
-    for an error the user can fix, 141 when stdout's reader went away, 130 on Ctrl-C.
+    for an error the user can fix, 141 when stdout's reader went away, 130 on Ctrl-C, 143 on
+    SIGTERM. With ``at_exit`` (the process ends when it returns: a console script), SIGINT and
+    SIGTERM end the process quietly with that status from the end of ``fn`` on
+    (:func:`_exit_on_stop_signals`).
 
     Use it as ``raise SystemExit(run_main(main, prog="benchmarks.rca.gat_speed"))``; ``prog``
     starts each error line, argparse's usage errors of a parser built inside ``fn`` included
@@ -357,18 +408,24 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     if renamed:
         sys.argv[0] = prog
     closed_stdout, undo = _open_streams()
-    unguard = _guard_pid1()
+    unguard = _guard_sigterm()
+    status: int | None = None
     try:
         try:
             status = _run(fn, prog)
         except SystemExit as exc:  # --help, --version: what they printed had no reader either
             if closed_stdout is not None and closed_stdout.written and exc.code in (0, None):
-                return STDOUT_CLOSED_STATUS
+                status = STDOUT_CLOSED_STATUS
+                return status
+            status = exc.code if isinstance(exc.code, int) else None
             raise
         if closed_stdout is not None and closed_stdout.written and status == 0:
-            return STDOUT_CLOSED_STATUS  # the output could not be taken; the files are written
+            status = STDOUT_CLOSED_STATUS
+            return status  # the output could not be taken; the files are written
         return status
     finally:
+        if at_exit:  # the work and the output are done: a late Ctrl-C ends the exit quietly
+            _exit_on_stop_signals(status)
         _drop_unwritable_stdout()  # an error part way left output stdout cannot take
         _close_streams(undo)
         unguard()
@@ -417,7 +474,7 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
         _end_progress_bars()
         print(f"{prog}: error: {NO_HOME_HELP}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         _end_progress_bars()  # the line starts on a line of its own, not after a bar
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + stop.signum if isinstance(stop, Terminated) else 130

@@ -36,3 +36,17 @@ class ModelLoadError(FleetMindError):
 
 class NotAvailableError(FleetMindError):
     """A feature needs something absent here (NVML, an optional package, a model not yet released)."""
+
+
+class Terminated(KeyboardInterrupt):  # noqa: N818 - a stop, not an error: named as the signal says
+    """SIGTERM (``kill``, ``timeout``, a CI job's cancel, systemd, Kubernetes) raised in the main
+    thread by the handler of :func:`fleetmind.cli.runner.run_main`, where the command was.
+
+    A :class:`KeyboardInterrupt`, so that everything that cleans up after a Ctrl-C (``finally``
+    blocks, context managers, an MLflow run ended ``KILLED``, a half-written folder named) does
+    the same for SIGTERM; the CLI then prints ``fleetmind: interrupted`` and exits with 143
+    (128 + SIGTERM) instead of Ctrl-C's 130. ``signum`` is the signal's number."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -21,6 +21,7 @@ pass ``--ray-address auto`` (on a cluster machine) or ``--ray-address HEAD:6379`
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -193,12 +194,29 @@ def run_tasks(
         return out
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(), signal.SIGKILL)}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **pool_args) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **pool_args)
+    try:
         for r in pool.map(fn, items):
             out.append(r)
             if progress is not None:
                 progress(1)
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    pool.shutdown()
     return out
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End the workers of ``pool`` at once and drop its queued jobs. A Ctrl-C reaches the workers
+    too (the terminal's process group), but a SIGTERM or an error reaches the parent only, and
+    ``ProcessPoolExecutor``'s ``with`` exit (``shutdown(wait=True)``) waited for every running
+    simulation to end (minutes): the stopped command did not exit. ``_processes`` is the pool's
+    ``{pid: Process}`` (``concurrent/futures/process.py``)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            proc.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 # --------------------------------------------------------------------------- job functions

@@ -77,13 +77,13 @@ def test_ctrl_c_in_the_fit_exits_130_and_says_so(
     assert client.search_model_versions() == []
 
 
-def test_sigterm_in_the_fit_ends_the_process_by_the_signal(tmp_path: Path) -> None:
+def test_sigterm_in_the_fit_ends_the_command_with_143(tmp_path: Path) -> None:
     """Lightning handles SIGTERM itself (``SignalConnector``): it stops every rank at the next
     batch boundary and raises ``SIGTERMException``, a ``SystemExit`` without a code, so a Job or a
-    ``&&`` chain saw a stopped training end with status 0. It now ends by the signal (143 in a
-    shell) after the MLflow run is marked ``KILLED``. The signal is sent from a callback at the
-    second epoch's first batch, so the test is deterministic; it runs in a child process, which
-    the signal ends."""
+    ``&&`` chain saw a stopped training end with status 0. It now ends as the CLI ends on SIGTERM
+    (``fleetmind: interrupted``, status 143) after the MLflow run is marked ``KILLED``. The
+    signal is sent from a callback at the second epoch's first batch, so the test is
+    deterministic; it runs in a child process."""
     import json
     import os
     import subprocess
@@ -126,6 +126,12 @@ raise SystemExit(main({json.dumps(args)}))
         cwd=tmp_path,
         timeout=600,
     )
-    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1] == "fleetmind: interrupted", proc.stderr[-2000:]
     assert not (tmp_path / "r.json").exists()  # no result of a stopped run
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["KILLED"]

@@ -167,6 +167,7 @@ def test_pid1_guard_ends_command_with_143() -> None:
     )
     assert proc.returncode == 143, (proc.returncode, proc.stdout, proc.stderr)
     assert "ignored" not in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "fleetmind: interrupted", proc.stderr
 
 
 def _pid_namespaces_work() -> bool:
@@ -230,20 +231,22 @@ def test_sigterm_during_startup_as_pid1(tmp_path: Path) -> None:
 
 
 def test_pid1_keeps_its_handler_when_the_exit_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ``SystemExit`` raised inside a finaliser is swallowed ("Exception ignored in ..."); as PID
-    1 the handler must stay, or the kernel drops every later SIGTERM (the default action)."""
+    """An exception raised inside a finaliser is swallowed ("Exception ignored in ..."); as PID 1
+    the handler must stay, or the kernel drops every later SIGTERM (the default action)."""
     import signal
 
     from fleetmind.cli import runner
+    from fleetmind.errors import Terminated
 
     monkeypatch.setattr(runner.os, "getpid", lambda: 1)
     before = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    undo = runner._guard_pid1()
+    undo = runner._guard_sigterm()
     try:
-        with pytest.raises(SystemExit) as ended:
+        with pytest.raises(Terminated) as ended:
             runner._end_on_sigterm(signal.SIGTERM, None)
-        assert ended.value.code == 143
+        assert ended.value.signum == signal.SIGTERM
+        runner.leave_sigterm_default()  # `fleetmind serve` as PID 1 keeps it too
         assert signal.getsignal(signal.SIGTERM) is runner._end_on_sigterm
     finally:
         undo()

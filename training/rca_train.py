@@ -53,6 +53,7 @@ from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
+from fleetmind.errors import Terminated
 from fleetmind.folders import write_folder_whole
 from fleetmind.progress import show_bar
 from fleetmind.provenance import file_sha256, graphs_sha256
@@ -380,7 +381,7 @@ def _run(args: Args) -> dict[str, Any]:
         trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
         t_fit = time.time()
         _fit(trainer, module, dm, uri, logger, out_dir)
-        killer.logger = logger  # from here a Ctrl-C ends the run KILLED (the fit ended it FINISHED)
+        killer.logger = logger  # from here a Ctrl-C or SIGTERM ends the run KILLED (not FINISHED)
         fit_s = time.time() - t_fit
         if not trainer.is_global_zero:
             # evaluation, the artifact and MLflow registration happen once, on rank zero
@@ -484,14 +485,16 @@ def _removed_if_empty(out_dir: Path, owner: bool) -> Iterator[None]:
 
 def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Path) -> None:
     """``trainer.fit(module, datamodule=dm)``, a Ctrl-C in it raised as :class:`KeyboardInterrupt`
-    and a SIGTERM ending the process by the signal (status 143 in a shell, not Lightning's 0).
+    and a SIGTERM as :class:`fleetmind.errors.Terminated` (the CLI's 143, not Lightning's 0).
 
     Lightning catches the interrupt itself (``_call_and_handle_interrupt`` in
     ``pytorch_lightning/trainer/call.py``): it ignores SIGINT from then on, ends the MLflow run
-    ``FAILED`` and calls ``sys.exit(1)``. Here that exit becomes a ``KeyboardInterrupt`` again, so
-    that the CLI prints ``fleetmind: interrupted`` and returns 130, the SIGINT handler is put
-    back, the MLflow run is marked ``KILLED`` and a warning names the partial run folder
-    ``out_dir`` (nothing is registered: registration comes after the fit).
+    ``FAILED`` and calls ``sys.exit(1)``. Here that exit becomes the interrupt again, so
+    that the CLI prints ``fleetmind: interrupted`` and returns 130 (143 for SIGTERM), the SIGINT
+    handler is put back, the MLflow run is marked ``KILLED`` and a warning names the partial run
+    folder ``out_dir`` (nothing is registered: registration comes after the fit). Lightning stops
+    on SIGTERM at a batch or epoch boundary (``SIGTERMException``); a SIGTERM it noted after its
+    last check (the last epoch's end) let the fit return as if complete: it is a stop too.
     """
     import signal
 
@@ -502,20 +505,24 @@ def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Pat
         trainer.fit(module, datamodule=dm)
     except SIGTERMException:
         # Lightning stops every rank at a batch boundary on SIGTERM and raises this SystemExit
-        # with no code, which would end the command with status 0: end by the signal instead
+        # with no code, which would end the command with status 0: the CLI's 143 instead
         _interrupted(handler, uri, logger, out_dir)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-        raise
+        raise Terminated(signal.SIGTERM) from None
     except SystemExit as err:
-        # Lightning's sys.exit(1) is raised while it handles the KeyboardInterrupt
+        # Lightning's sys.exit(1) is raised while it handles the KeyboardInterrupt (a Ctrl-C, or
+        # a SIGTERM before its own handler was installed)
         if not (trainer.interrupted and isinstance(err.__context__, KeyboardInterrupt)):
             raise
         _interrupted(handler, uri, logger, out_dir)
+        if isinstance(err.__context__, Terminated):
+            raise Terminated(err.__context__.signum) from None
         raise KeyboardInterrupt from None
     except KeyboardInterrupt:  # a launcher that lets it through
         _interrupted(handler, uri, logger, out_dir)
         raise
+    if getattr(trainer, "received_sigterm", False):  # noted after Lightning's last check
+        _interrupted(handler, uri, logger, out_dir)
+        raise Terminated(signal.SIGTERM)
 
 
 def _interrupted(handler: Any, uri: str, logger: Any, out_dir: Path) -> None:

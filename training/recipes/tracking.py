@@ -27,7 +27,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from fleetmind.training.tracking import (
     log_pyfunc_model,
     no_such_alias,
     ready_store,
+    single_try,
     tracking_guard,
     tracking_uri,
 )
@@ -156,7 +157,24 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
         if evals is not None:  # what eval_unalloc is measured on (log_placement_pyfunc reads it)
             eval_set, summary["eval_set"] = evals
             mlflow.set_tags({EVAL_SET_TAG: eval_set.fingerprint, EVAL_N_TAG: str(eval_set.n)})
-        yield mlrun
+        try:
+            yield mlrun
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (fleetmind.errors.Terminated)
+            _end_killed(mlrun.info.run_id)
+            raise
+
+
+def _end_killed(run_id: str) -> None:
+    """End the active MLflow run ``run_id`` ``KILLED``, MLflow's status of a stopped run (as
+    ``rca train`` does), before :func:`~fleetmind.training.tracking.fluent_run` sees the interrupt
+    and ends it ``FAILED``: a stopped run read as a crashed one. One try of at most 10 s
+    (:func:`~fleetmind.training.tracking.single_try`): a store that does not answer leaves the run
+    to ``fluent_run``."""
+    active = mlflow.active_run()
+    if active is None or active.info.run_id != run_id:
+        return
+    with single_try(), suppress(Exception):
+        mlflow.end_run("KILLED")
 
 
 def _has_eval_set(args: Any) -> bool:
