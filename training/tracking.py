@@ -3,9 +3,10 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 
 * :func:`tracking_uri`: where runs are tracked (an explicit URI, else ``MLFLOW_TRACKING_URI``, else
   the embedded :data:`DEFAULT_TRACKING_URI`);
-* :func:`ready_store`: create an embedded SQLite store's tables under a file lock, so that runs
-  started together on a new store do not race to create them (and keep MLflow from printing a
-  tracking URI's password: :func:`hide_url_credentials`);
+* :func:`ready_store`: create an embedded SQLite store under a file lock (:func:`store_lock`), in a
+  temporary file renamed into place once made, so that runs started together on a new store do not
+  race to create it and a run stopped meanwhile leaves no half-made store (and keep MLflow from
+  printing a tracking URI's password: :func:`hide_url_credentials`);
 * :func:`tracking_guard`: bounded retries while a run trains and logs, and one line naming the
   local run folder when the store fails mid-run; :func:`fluent_run` and
   :func:`lightning_mlflow_logger` then end the run in one try (:func:`single_try`), not after a
@@ -14,7 +15,7 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
   installed versions without a local label such as ``+cpu``; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score (and what it was
   measured on, an :class:`EvalSet`) and move the :data:`CHAMPION` alias to it when it beats the
-  champion's on the same evaluation set;
+  champion's on the same evaluation set (under :func:`store_lock`, and checked again after);
 * :func:`log_pyfunc_model`: log a model to the active run as an MLflow pyfunc, then register and
   promote it.
 """
@@ -298,7 +299,10 @@ def ready_store(
     store at the same moment (two training runs started together, the default
     ``sqlite:///mlflow.db``) both try, and the slower one fails with ``table ... already
     exists``. Here the first use happens under an exclusive lock on ``<db>.lock`` beside the
-    database, so the others wait and then find the tables made.
+    database (:func:`store_lock`), so the others wait and then find the tables made. A new store is
+    made in a temporary file and renamed into place once complete (:func:`_create_sqlite_store`),
+    so a run stopped while MLflow migrates it leaves none; a data-less one that an older release
+    left half-made that way is refused, named, and left for the user to delete.
 
     Every store is asked for one experiment and one registered model, with MLflow's HTTP retries
     bounded (:func:`fleetmind.data.mlflow_store.bounded_requests`), so that a server that is down,
@@ -342,26 +346,20 @@ def ready_store(
             return None
 
     where = "MLFLOW_TRACKING_URI" + (f" or {flag}" if flag else "")
+    db = _sqlite_db(uri)
     try:
-        with bounded_requests():
-            if not uri.startswith("sqlite:///"):
-                location = probe()
-            else:
-                import fcntl
-
-                db = Path(uri.removeprefix("sqlite:///"))
-                db.parent.mkdir(parents=True, exist_ok=True)
-                with open(db.with_name(db.name + ".lock"), "a") as lock:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-                    try:
-                        location = probe()
-                    finally:
-                        fcntl.flock(lock, fcntl.LOCK_UN)
+        with bounded_requests(), store_lock(uri):
+            if db is not None:
+                _create_sqlite_store(db, uri)  # or refuse one whose creation was cut off
+            location = probe()
     except OSError:
         raise  # a path the store needs (the CLI names it)
     except Exception as err:  # MLflow, SQLAlchemy and driver errors alike: the store is unusable
+        why = str(err) if isinstance(err, FleetMindError) else reason(err)
+        if db is not None and not isinstance(err, FleetMindError):
+            why = _interrupted_store(db, why) or why
         raise ConfigError(
-            f"MLflow tracking store {safe_uri(uri)} cannot be used: {reason(err)} (set {where}; the "
+            f"MLflow tracking store {safe_uri(uri)} cannot be used: {why} (set {where}; the "
             f"default is {DEFAULT_TRACKING_URI})"
         ) from None
     if deleted:
@@ -372,6 +370,151 @@ def ready_store(
             f"MLflow tracking store {safe_uri(uri)} cannot be used: {problem}; the models a run "
             f"logs go there (set {where}; the default is {DEFAULT_TRACKING_URI})"
         )
+
+
+def _sqlite_db(uri: str) -> Path | None:
+    """The database file of an SQLite tracking URI (``sqlite:///mlflow.db`` -> ``mlflow.db``, the
+    path SQLAlchemy opens, without the URI's query); ``None`` for any other store or an in-memory
+    database."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(uri).database
+    except Exception:  # not a URL SQLAlchemy takes: MLflow says so when the store is asked
+        return None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Within the block, an exclusive lock on ``<db>.lock`` beside an SQLite tracking store's
+    database ``<db>`` (waiting for whichever process holds it); no lock for any other store.
+
+    :func:`ready_store` creates a new store under it and :func:`promote_if_better` reads and
+    moves the champion alias under it, so that two processes on one store take turns."""
+    db = _sqlite_db(uri)
+    if db is None:
+        yield
+        return
+    import fcntl
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+CREATING_SUFFIX = ".creating-"
+"""A new SQLite store is made in ``<db>.creating-<pid>`` beside ``<db>`` and renamed into place."""
+
+
+def _create_sqlite_store(db: Path, uri: str) -> None:
+    """Create the SQLite tracking store ``db`` (of ``uri``) when there is none (no file, or an
+    empty one), atomically; refuse one whose creation an older release left half-made. Called
+    under :func:`store_lock`.
+
+    MLflow creates a new store's tables and then runs each of its schema migrations in turn
+    (``mlflow/store/db/utils.py`` ``_initialize_tables``: ``InitialBase.metadata.create_all``,
+    then ``_upgrade_db``), which SQLite does not make one transaction: a process stopped half-way
+    (Ctrl-C, SIGTERM, kill -9) left a store that every later use fails on (``table ... already
+    exists``). Here the store is made in a temporary file beside ``db`` and renamed onto it
+    (``os.replace``) only once every migration ran; what a killed creation left behind is removed
+    first (no one else is creating: the lock is held).
+
+    Raises:
+        fleetmind.errors.ConfigError: ``db`` is such a half-made store (:func:`_interrupted_store`).
+    """
+    _remove_leftovers(db)
+    if db.exists() and (not db.is_file() or db.stat().st_size > 0):
+        note = _interrupted_store(db)
+        if note is not None:
+            raise ConfigError(note)
+        return  # a store (or what MLflow will say is none)
+    try:  # MLflow's own creation (private names: a release without them makes it in place)
+        from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+    except ImportError:
+        return
+    from sqlalchemy.engine import make_url
+
+    tmp = db.with_name(f"{db.name}{CREATING_SUFFIX}{os.getpid()}")
+    engine = create_sqlalchemy_engine(
+        make_url(uri).set(database=str(tmp)).render_as_string(hide_password=False)
+    )
+    try:
+        _initialize_tables(engine)
+    except BaseException:
+        engine.dispose()
+        _remove_leftovers(db)
+        raise
+    engine.dispose()
+    os.replace(tmp, db)
+
+
+def _remove_leftovers(db: Path) -> None:
+    """Remove the temporary files (and SQLite journals) of a creation of ``db`` that was cut off."""
+    import glob
+
+    for left in db.parent.glob(glob.escape(db.name + CREATING_SUFFIX) + "*"):
+        with suppress(FileNotFoundError):
+            left.unlink()
+
+
+def _interrupted_store(db: Path, error: str | None = None) -> str | None:
+    """One line saying that the SQLite store ``db`` is one whose creation was cut off, or ``None``.
+
+    Such a store holds some of MLflow's tables, no data (no run, no registered model, no
+    experiment but MLflow's Default) and either no schema revision (``alembic_version`` missing or
+    empty), a table left by a migration that did not finish (``_alembic_tmp_*``), or it fails with
+    ``table ... already exists`` or ``duplicate column`` (``error``: why MLflow refused it); one
+    at an older schema revision and no data is named likewise. Older releases made the store
+    in place, so a run stopped while it was made left one; it is the user's file, so it is named,
+    not deleted. A store that holds data is never one (MLflow's own error stands)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
+    except (sqlite3.Error, OSError):
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "experiments" not in tables:
+            return None  # not MLflow's (or nothing yet): MLflow says what it is
+        queries = ["SELECT COUNT(*) FROM experiments WHERE experiment_id != 0"] + [
+            f"SELECT COUNT(*) FROM {t}" for t in ("runs", "registered_models") if t in tables
+        ]
+        if any(con.execute(q).fetchone()[0] for q in queries):
+            return None  # it holds data: not a store whose creation was cut off
+        row = None
+        if "alembic_version" in tables:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        cut = (
+            row is None
+            or any(t.startswith("_alembic_tmp_") for t in tables)
+            or any(s in (error or "") for s in ("already exists", "duplicate column"))
+        )
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+    empty = "it holds no runs, experiments or models: delete it and run again"
+    if cut:
+        return (
+            f"{db} is a store whose creation was interrupted (a run was stopped while MLflow made "
+            f"its tables); {empty}"
+        )
+    if "out-of-date database schema" in (error or ""):  # stopped in the last step, or older
+        return (
+            f"{db} is a store at an older schema, whose creation was interrupted or that an older "
+            f"MLflow made; {empty}"
+        )
+    return None
 
 
 def deleted_experiment_message(uri: str, experiment: str, experiment_id: str) -> str:
@@ -482,43 +625,90 @@ def promote_if_better(
     :func:`fleetmind.training.recipes.tracking.rebuild_champion_eval_set`); such a champion then
     stays, whatever the score. Without an ``eval_set`` the rule is the plain score comparison.
 
-    Returns:
-        :class:`Promotion` ``(promoted, previous champion version or None, why not compared)``.
-    """
-    from mlflow.exceptions import MlflowException
+    Two processes promoting versions of one model at once take turns on an SQLite store
+    (:func:`store_lock`, the lock :func:`ready_store` creates the store under). On any store
+    (a tracking server has no such lock) the alias is read again after it is set: when another
+    version holds it by then, the two are compared again, and the alias is moved back when this
+    version is better (up to :data:`PROMOTION_TRIES` times), else this version is reported as not
+    the champion, beside the version that holds it. So the result says what holds the alias.
 
+    Returns:
+        :class:`Promotion` ``(promoted, previous champion version or None, why not compared)``;
+        when another process moved the alias meanwhile to a version as good, ``(False, that
+        version, ...)``.
+    """
     stored = f"{score:.6f}"
     client.set_model_version_tag(name, version, tag, stored)
     if eval_set is not None:
         client.set_model_version_tag(name, version, EVAL_SET_TAG, eval_set.fingerprint)
         client.set_model_version_tag(name, version, EVAL_N_TAG, str(eval_set.n))
+    rule = _Rule(name, str(version), tag, float(stored), higher_is_better, eval_set, untagged)
+    with store_lock(getattr(client, "_registry_uri", None) or ""):
+        champ = _holder(client, name)
+        outcome = rule.against(champ)
+        for _ in range(PROMOTION_TRIES):
+            if not outcome.promoted:
+                return outcome
+            client.set_registered_model_alias(name, CHAMPION, rule.version)
+            holder = _holder(client, name)  # another process may have moved it since the read
+            if holder is None or str(holder.version) == rule.version:
+                return outcome
+            again = rule.against(holder)
+            outcome = Promotion(again.promoted, outcome.previous, again.refused)
+            if not again.promoted:  # the version now holding it is as good: it stays champion
+                return Promotion(False, str(holder.version), again.refused)
+        return Promotion(False, str(holder.version))  # it kept moving: say who holds it last
+
+
+PROMOTION_TRIES = 3
+"""How many times :func:`promote_if_better` moves the alias back to a better version that another
+process displaced meanwhile (a tracking server: no lock) before it reports the one holding it."""
+
+
+def _holder(client: Any, name: str) -> Any:
+    """The model version holding :data:`CHAMPION` of ``name``, or ``None`` when none does."""
+    from mlflow.exceptions import MlflowException
+
     try:
-        champ = client.get_model_version_by_alias(name, CHAMPION)
+        return client.get_model_version_by_alias(name, CHAMPION)
     except MlflowException as err:
         if not no_such_alias(err):
             raise  # the store failed: not a sign that there is no champion
-        champ = None
-    if champ is None:
-        client.set_registered_model_alias(name, CHAMPION, str(version))
-        return Promotion(True, None)
-    prev = str(champ.version)
-    if eval_set is not None:
-        tags = dict(champ.tags or {})
-        refused = _incomparable(name, version, tag, eval_set, prev, tags, untagged)
-        if refused is not None:
-            return Promotion(False, prev, refused)
-    worst = float("-inf") if higher_is_better else float("inf")
-    try:
-        best = float(champ.tags.get(tag, worst))
-    except ValueError:
-        best = worst
-    mine = float(
-        stored
-    )  # the champion's score was stored at 6 decimals too: compare like with like
-    if mine > best if higher_is_better else mine < best:
-        client.set_registered_model_alias(name, CHAMPION, str(version))
-        return Promotion(True, prev)
-    return Promotion(False, prev)
+        return None
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """The champion rule of :func:`promote_if_better` for one new version and its stored score."""
+
+    name: str
+    version: str
+    tag: str
+    mine: float  # the score as stored, at 6 decimals: the champion's was stored so too
+    higher_is_better: bool
+    eval_set: EvalSet | None
+    untagged: str | None
+
+    def against(self, champ: Any) -> Promotion:
+        """Whether this version beats ``champ`` (a model version, or ``None``: no champion), as a
+        :class:`Promotion` with ``champ`` as the previous champion."""
+        if champ is None:
+            return Promotion(True, None)
+        prev = str(champ.version)
+        if self.eval_set is not None:
+            tags = dict(champ.tags or {})
+            refused = _incomparable(
+                self.name, self.version, self.tag, self.eval_set, prev, tags, self.untagged
+            )
+            if refused is not None:
+                return Promotion(False, prev, refused)
+        worst = float("-inf") if self.higher_is_better else float("inf")
+        try:
+            best = float((champ.tags or {}).get(self.tag, worst))
+        except ValueError:
+            best = worst
+        mine = self.mine
+        return Promotion(mine > best if self.higher_is_better else mine < best, prev)
 
 
 def _incomparable(
@@ -560,13 +750,15 @@ def _incomparable(
     return None
 
 
-def _champion_score(client: Any, name: str, tag: str) -> float | None:
-    """The current champion's stored ``tag`` score (``None``: no champion, or no readable tag)."""
+def _version_score(client: Any, name: str, version: str | None, tag: str) -> float | None:
+    """Model version ``version``'s stored ``tag`` score (``None``: no version, or no readable
+    tag)."""
     from mlflow.exceptions import MlflowException
 
+    if version is None:
+        return None
     try:
-        champ = client.get_model_version_by_alias(name, CHAMPION)
-        return float(champ.tags[tag])
+        return float(client.get_model_version(name, version).tags[tag])
     except (MlflowException, KeyError, TypeError, ValueError):
         return None
 
@@ -636,7 +828,6 @@ def log_pyfunc_model(
     if registered_model is not None:
         version = str(info.registered_model_version)
         client = mlflow.MlflowClient()
-        theirs = _champion_score(client, registered_model, tag)  # before the alias may move
         promoted, prev, refused = promote_if_better(
             client,
             registered_model,
@@ -653,7 +844,7 @@ def log_pyfunc_model(
             champion=promoted,
             previous_champion=prev,
             score=float(f"{score:.6f}"),
-            champion_score=theirs if prev is not None else None,
+            champion_score=_version_score(client, registered_model, prev, tag),
         )
         if refused is not None:
             out["champion_refused"] = refused
