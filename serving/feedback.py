@@ -431,8 +431,7 @@ def feedback_incidents(
     try:
         if "incident_feedback" not in names:
             raise NotAvailableError(
-                f"{shown_url(url)} holds no incident_feedback table (is it the service's "
-                "database?)"
+                f"{shown_url(url)} holds no incident_feedback table (is it the service's database?)"
             )
         c = incident_feedback.c
         latest = select(c.incident_id, c.id).order_by(c.incident_id, c.id)
