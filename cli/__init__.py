@@ -141,12 +141,12 @@ def _matplotlib_dir_writable() -> None:
     ]
     if all(_writable(base / "matplotlib") for base in bases):
         return
-    import atexit
-    import shutil
     import tempfile
 
+    from fleetmind.folders import remove_at_exit
+
     folder = tempfile.mkdtemp(prefix="fleetmind-matplotlib-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    remove_at_exit(folder)
     os.environ["MPLCONFIGDIR"] = folder
 
 

@@ -76,6 +76,7 @@ from collections.abc import Callable
 from typing import IO
 
 from fleetmind.errors import FleetMindError, Terminated
+from fleetmind.folders import remove_now
 from fleetmind.redact import terminal_safe
 
 STDOUT_CLOSED_STATUS = 141
@@ -348,7 +349,7 @@ def _guard_sigterm() -> Callable[[], None]:
 
     def undo() -> None:
         _SIGTERM_OWNER.pop()
-        if signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
+        if signal.getsignal(signal.SIGTERM) in (_end_on_sigterm, _end_serve_as_pid1):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     return undo
@@ -357,10 +358,55 @@ def _guard_sigterm() -> Callable[[], None]:
 def leave_sigterm_default() -> None:
     """Give SIGTERM its default action back for a command that handles it itself
     (``fleetmind serve``: uvicorn's graceful shutdown, then the signal raised again; see
-    ``fleetmind.cli.serve``). As PID 1 the handler stays: there the default action is to drop the
-    signal, and :func:`_end_on_sigterm` ends the start-up (imports, the schema upgrade) with 143."""
-    if os.getpid() != 1 and signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ``fleetmind.cli.serve``). As PID 1, where the default action is to drop the signal,
+    :func:`_end_serve_as_pid1` takes its place instead."""
+    if signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if os.getpid() != 1 else _end_serve_as_pid1)
+
+
+def _end_serve_as_pid1(signum: int, _frame: object) -> None:
+    """SIGTERM handler of ``fleetmind serve`` as PID 1 (the image's exec-form ``ENTRYPOINT``):
+    ends the start-up (imports, the schema upgrade) before uvicorn installs its own handler, and
+    the process after uvicorn's graceful shutdown (uvicorn puts this handler back and raises the
+    signal again), with status 128 + ``signum`` (143) by ``SystemExit``. Not
+    :class:`fleetmind.errors.Terminated`: ``uvicorn.run`` swallows a ``KeyboardInterrupt``
+    (``uvicorn/main.py``, ``except KeyboardInterrupt: pass``), so a stopped pod read as exited 0
+    (a Job "Completed"). A forked child that inherited it ends by the signal."""
+    if signal.getsignal(signum) is not _end_serve_as_pid1:
+        return
+    if os.getpid() != 1:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+        return
+    raise SystemExit(128 + signum)
+
+
+EXIT_GRACE_S = 10.0
+"""Seconds an interrupted command's exit may take (Python's ``atexit`` work: a worker pool's
+threads, MLflow's last calls) before it is cut short (:func:`_bound_the_exit`)."""
+
+
+def _exit_now(status: int) -> None:
+    """End the process at once with ``status``: the streams flushed and the temporary folders
+    removed (:func:`fleetmind.folders.remove_now`), the rest of Python's exit skipped."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a stream closed or busy: nothing to lose
+            stream.flush()
+    with contextlib.suppress(Exception):
+        remove_now()
+    os._exit(status)
+
+
+def _bound_the_exit(status: int) -> None:
+    """After an interrupted command (Ctrl-C, SIGTERM), end the process :data:`EXIT_GRACE_S` after
+    its exit began if the exit has not ended by then: a worker pool whose workers were killed can
+    leave a thread that ``multiprocessing``'s exit joins for ever (its feeder blocked writing a job
+    into the dead workers' pipe), and a stopped command must end."""
+    import threading
+
+    timer = threading.Timer(EXIT_GRACE_S, _exit_now, (status,))
+    timer.daemon = True
+    timer.start()
 
 
 def _exit_on_stop_signals(status: int | None) -> None:
@@ -369,14 +415,11 @@ def _exit_on_stop_signals(status: int | None) -> None:
     signal's number when it has none). A Ctrl-C in Python's shutdown printed ``Exception ignored
     in atexit callback ... KeyboardInterrupt`` with a traceback; ignoring the signals instead
     would leave an exit that hangs (MLflow's last call to a tracking server that does not answer)
-    stoppable by SIGKILL only. What is left of the exit's cleanup is skipped: the outputs are
-    written, the streams are flushed here."""
+    stoppable by SIGKILL only. What is left of the exit's cleanup is skipped but for the
+    temporary folders (:func:`_exit_now`): the outputs are written, the streams flushed."""
 
     def handler(signum: int, _frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a stream closed or busy: nothing to lose
-                stream.flush()
-        os._exit(128 + signum if status is None else status)
+        _exit_now(128 + signum if status is None else status)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -426,6 +469,8 @@ def run_main(fn: Callable[[], int | None], prog: str, at_exit: bool = False) -> 
     finally:
         if at_exit:  # the work and the output are done: a late Ctrl-C ends the exit quietly
             _exit_on_stop_signals(status)
+            if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+                _bound_the_exit(status)
         _drop_unwritable_stdout()  # an error part way left output stdout cannot take
         _close_streams(undo)
         unguard()

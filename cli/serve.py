@@ -69,8 +69,8 @@ def _cleanup_on_sigterm(active: bool) -> Iterator[None]:
     and raises the signal again (``Server.capture_signals`` in ``uvicorn/server.py``): left to its
     default action, that ended the process inside ``uvicorn.run``, and the ``finally`` after it
     never ran. Installed only when ``active`` and SIGTERM has its default action in the main
-    thread: as PID 1, :func:`fleetmind.cli.runner.run_main`'s handler already ends the command by
-    ``SystemExit`` (status 143); uvicorn's ``--workers`` supervisor replaces the handler and
+    thread: as PID 1, :func:`fleetmind.cli.runner._end_serve_as_pid1` already ends the command
+    by ``SystemExit`` (status 143); uvicorn's ``--workers`` supervisor replaces the handler and
     returns after SIGTERM."""
     import signal
     import threading

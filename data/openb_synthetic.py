@@ -18,7 +18,6 @@ the openb folder is missing.
 
 from __future__ import annotations
 
-import atexit
 import csv
 import errno
 import os
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetmind.errors import ConfigError
+from fleetmind.folders import remove_at_exit
 
 SYNTHETIC_VERSION = 1
 """Bumped when the generated files change; the cache folder name carries it."""
@@ -214,7 +214,7 @@ def _temp_openb_dir(cache: Path, exc: OSError) -> Path:
             f"cannot write the cache folder {cache} ({exc.strerror}) nor a temporary folder "
             f"({exc2.strerror}); set FLEETMIND_CACHE_DIR to a writable folder"
         ) from None
-    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    remove_at_exit(tmp)
     write_synthetic_openb(tmp)
     _TEMP_ROOT = tmp
     warnings.warn(

@@ -444,7 +444,9 @@ def evaluate_fgd(
             # Ctrl-C or a failed run: stop the workers now instead of waiting for their runs
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            # no cancel_futures: the pool's manager thread fails the pending futures itself once
+            # it sees the workers gone, and one it finds cancelled raised InvalidStateError there
+            pool.shutdown(wait=False)
             raise
         pool.shutdown()
     else:

@@ -1,10 +1,8 @@
 """Child processes that end with the FleetMind process that started them.
 
-A command stopped by SIGTERM (``kill``, a Job's deadline, a supervisor) ends at once: FleetMind
-installs no SIGTERM handler of its own (except as PID 1, where the kernel would ignore the signal:
-``fleetmind.cli.runner`` ends the command with 143 until the command installs its own), because
-Lightning (DDP ranks that agree to stop at a batch boundary) and uvicorn (a graceful shutdown)
-install theirs. Its worker pools and the demo's service
+A command stopped by SIGTERM (``kill``, a Job's deadline, a supervisor) unwinds and ends with 143
+(``fleetmind.cli.runner``), or ends by the signal where its handler is not installed (``fleetmind
+serve`` outside PID 1, a process killed with SIGKILL). Its worker pools and the demo's service
 would then keep running, orphaned. :func:`die_with_parent`, run first in each such child, asks the
 Linux kernel to send the child SIGTERM when its parent ends (``prctl(PR_SET_PDEATHSIG)``,
 prctl(2)); elsewhere it does nothing.

@@ -6,10 +6,12 @@ that fails (a full disk, an interrupted run) leaves the old folder as it was. St
 only, so every layer may use it (``rca``'s fitted models, ``training``'s releases);
 :func:`write_file_whole` does the same for one file (``training``'s result files through
 :func:`fleetmind.training.io.write_text_whole`, ``data``'s variant traces and fleet files).
+:func:`remove_at_exit` removes a temporary folder when the process exits, however it exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import ctypes.util
@@ -23,6 +25,24 @@ import sys
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
+
+_AT_EXIT: list[str] = []
+"""Folders :func:`remove_at_exit` is to remove."""
+
+
+def remove_at_exit(folder: str | os.PathLike[str]) -> None:
+    """Remove the temporary ``folder`` when the process exits (``atexit``), or earlier through
+    :func:`remove_now`, which an exit cut short by ``os._exit`` (a second Ctrl-C or SIGTERM while
+    Python's exit runs: :mod:`fleetmind.cli.runner`) calls, since it skips ``atexit``."""
+    _AT_EXIT.append(os.fspath(folder))
+    atexit.register(shutil.rmtree, os.fspath(folder), ignore_errors=True)
+
+
+def remove_now() -> None:
+    """Remove the folders :func:`remove_at_exit` was given, now (the ``atexit`` calls then find
+    them gone)."""
+    while _AT_EXIT:
+        shutil.rmtree(_AT_EXIT.pop(), ignore_errors=True)
 
 
 def write_folder_whole(

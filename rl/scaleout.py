@@ -37,6 +37,7 @@ from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.folders import remove_at_exit
 from fleetmind.rl.named_policies import clone_file, model_folder, run_teacher_fgd, teacher_file
 from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
 from fleetmind.rl.ppo import greedy_rollout
@@ -92,9 +93,7 @@ def local_ray_environment(environ: MutableMapping[str, str] | None = None) -> No
         environ: the environment to change (default ``os.environ``, which Ray's processes
             inherit).
     """
-    import atexit
     import secrets
-    import shutil
     import tempfile
 
     env = os.environ if environ is None else environ
@@ -111,7 +110,7 @@ def local_ray_environment(environ: MutableMapping[str, str] | None = None) -> No
     if _writable_ray_folder():
         return
     folder = tempfile.mkdtemp(prefix="fleetmind-ray-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    remove_at_exit(folder)
     token = Path(folder) / "auth_token"
     fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -216,7 +215,10 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             proc.kill()
-    pool.shutdown(wait=True, cancel_futures=True)
+    # not waiting, nor cancelling: the manager thread fails the pending futures once it sees the
+    # workers gone (a cancelled one raised InvalidStateError there), and joining it could wait on
+    # a job still being written to the dead workers' pipe; the CLI bounds the exit that follows
+    pool.shutdown(wait=False)
 
 
 # --------------------------------------------------------------------------- job functions

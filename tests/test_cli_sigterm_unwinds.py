@@ -186,8 +186,11 @@ def test_ctrl_c_during_the_exit_ends_it_quietly(tmp_path: Path) -> None:
     the exit at once with the command's status. The signal is sent from an atexit callback: the
     console script's exit."""
     code = """
-import atexit, os, signal, sys
-atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))
+import atexit, os, signal, sys, tempfile
+from fleetmind.folders import remove_at_exit
+folder = tempfile.mkdtemp(prefix="fleetmind-test-")  # as the CLI's own temporary folders
+remove_at_exit(folder)
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))  # runs first (last in, first out)
 sys.argv = ["fleetmind", "graph", "schema"]
 from fleetmind.cli.__main__ import main
 sys.exit(main())
@@ -195,6 +198,8 @@ sys.exit(main())
     proc = _child(tmp_path, code, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)  # the command's output is whole
+    # the exit was cut short (os._exit) before atexit removed the folder: it is removed anyway
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("fleetmind-")] == []
     assert "KeyboardInterrupt" not in proc.stderr and "Exception ignored" not in proc.stderr, (
         proc.stderr
     )
@@ -248,3 +253,32 @@ sys.exit(rc)
     cache = Path(proc.stderr.strip().splitlines()[-1])
     assert cache.parent == tmp_path / "tmp", proc.stderr
     assert not cache.exists()  # removed at exit
+
+
+def test_an_interrupted_commands_exit_is_bounded(tmp_path: Path) -> None:
+    """After SIGTERM unwound a command, Python's exit can wait for ever: ``multiprocessing``'s
+    exit joined the feeder thread of a killed pool's call queue, blocked writing a job into the
+    dead workers' pipe (``sched evaluate --workers 2`` under ``timeout``: alive 10 minutes later).
+    The exit of an interrupted command is now cut short after ``EXIT_GRACE_S``, its temporary
+    folders removed; an exit that hangs is modelled by an atexit callback that sleeps."""
+    code = """
+import atexit, os, signal, sys, tempfile, time
+from fleetmind.cli import runner
+from fleetmind.folders import remove_at_exit
+runner.EXIT_GRACE_S = 2.0
+folder = tempfile.mkdtemp(prefix="fleetmind-test-")
+remove_at_exit(folder)
+atexit.register(time.sleep, 120)  # an exit that hangs
+def stopped():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+sys.exit(runner.run_main(stopped, prog="fleetmind", at_exit=True))
+"""
+    import time
+
+    started = time.monotonic()
+    proc = _child(tmp_path, code, timeout=60)
+    assert proc.returncode == 143, proc.stderr
+    assert time.monotonic() - started < 30
+    assert proc.stderr.strip() == "fleetmind: interrupted", proc.stderr
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("fleetmind-")] == []

@@ -246,8 +246,54 @@ def test_pid1_keeps_its_handler_when_the_exit_is_swallowed(monkeypatch: pytest.M
         with pytest.raises(Terminated) as ended:
             runner._end_on_sigterm(signal.SIGTERM, None)
         assert ended.value.signum == signal.SIGTERM
-        runner.leave_sigterm_default()  # `fleetmind serve` as PID 1 keeps it too
-        assert signal.getsignal(signal.SIGTERM) is runner._end_on_sigterm
+        # `fleetmind serve` as PID 1 keeps a handler too, one that ends it by SystemExit(143):
+        # uvicorn.run swallows a KeyboardInterrupt (Terminated is one), so the pod exited 0
+        runner.leave_sigterm_default()
+        assert signal.getsignal(signal.SIGTERM) is runner._end_serve_as_pid1
+        with pytest.raises(SystemExit) as stopped:
+            runner._end_serve_as_pid1(signal.SIGTERM, None)
+        assert stopped.value.code == 143
     finally:
         undo()
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.skipif(not _pid_namespaces_work(), reason="needs unshare --pid (root or userns)")
+def test_sigterm_after_startup_as_pid1_exits_143(tmp_path: Path) -> None:
+    """``fleetmind serve`` as PID 1, stopped once serving (a pod deleted, a Job's deadline):
+    uvicorn's graceful shutdown, then status 143, so a stopped Job does not read "Completed";
+    a handler raising ``Terminated`` (a ``KeyboardInterrupt``) was swallowed by ``uvicorn.run``
+    (``uvicorn/main.py``, ``except KeyboardInterrupt: pass``) and the pod exited 0."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["unshare", "--pid", "--fork", *cmd],
+            env=_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if "Application startup complete" in log.read_text():
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None and "Application startup complete" in log.read_text(), (
+            log.read_text()
+        )
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGTERM)  # from the parent namespace
+        try:
+            rc = proc.wait(timeout=30)  # unshare exits with its child's status
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM after the start did not stop the service:\n" + log.read_text())
+        text = log.read_text()
+        assert rc == 143, text
+        assert "Traceback" not in text, text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -109,15 +109,16 @@ def test_a_first_use_killed_while_the_store_is_made_leaves_none(tmp_path: Path, 
     ]  # the killed creation's temporary file is gone
 
 
-@pytest.mark.parametrize("point", ["first", "middle", "last"])
+@pytest.mark.parametrize("point", ["first", "middle"])
 def test_a_store_half_made_by_an_older_release_is_named_and_kept(
     tmp_path: Path, point: str
 ) -> None:
     """Killed in its first migration, the store records no revision; later, one behind the tables
-    it holds (MLflow then fails with ``table ... already exists``); in its last, MLflow calls it
-    out of date: each is named."""
+    it holds (MLflow then fails with ``table ... already exists``): each is named. (Killed in
+    its last, MLflow calls it out of date and names its own way out, ``mlflow db upgrade``, which
+    finishes it: that message stands, as for any store at an older schema, data or not.)"""
     n = _migrations()
-    _kill_mid_creation(tmp_path, {"first": 0, "middle": n // 2, "last": n - 1}[point], "mlflow")
+    _kill_mid_creation(tmp_path, {"first": 0, "middle": n // 2}[point], "mlflow")
     db = tmp_path / "mlflow.db"
     size = db.stat().st_size
     with pytest.raises(ConfigError) as err:
@@ -139,3 +140,44 @@ def test_a_store_with_data_is_never_called_interrupted(tmp_path: Path) -> None:
     """A store that holds runs is used as before (no false alarm from the half-made check)."""
     _use(tmp_path)
     ready_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_an_empty_file_or_a_link_is_made_in_place(tmp_path: Path) -> None:
+    """An existing empty ``mlflow.db`` (a bind-mounted file: a rename onto it fails with EBUSY;
+    one made with the operator's own mode) and a link (its target must become the store) are
+    left to MLflow, which makes the store in place, as before."""
+    empty = tmp_path / "a" / "mlflow.db"
+    empty.parent.mkdir()
+    empty.touch(mode=0o640)
+    empty.chmod(0o640)
+    inode = empty.stat().st_ino
+    ready_store(f"sqlite:///{empty}")
+    assert empty.stat().st_ino == inode and empty.stat().st_size > 0  # the same file, filled
+    assert oct(empty.stat().st_mode & 0o777) == "0o640"
+    target = tmp_path / "elsewhere" / "store.db"
+    target.parent.mkdir()
+    link = tmp_path / "b" / "mlflow.db"
+    link.parent.mkdir()
+    link.symlink_to(target)  # dangling until the store is made
+    ready_store(f"sqlite:///{link}")
+    assert link.is_symlink() and target.stat().st_size > 0
+
+
+def test_a_store_holding_any_row_is_not_called_interrupted(tmp_path: Path) -> None:
+    """Only runs, registered models and experiments counted as data: a store whose Default
+    experiment held traces or logged models (or any other row) and that MLflow refused was called
+    a data-less store to delete. Any row but MLflow's own seed is data now."""
+    import sqlite3
+
+    from fleetmind.training.tracking import _interrupted_store
+
+    db = tmp_path / "mlflow.db"
+    ready_store(f"sqlite:///{db}")
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM alembic_version")  # what a cut creation leaves: no revision
+    con.commit()
+    assert _interrupted_store(db) is not None  # nothing in it: named
+    con.execute("INSERT INTO experiment_tags (key, value, experiment_id) VALUES ('k', 'v', 0)")
+    con.commit()
+    con.close()
+    assert _interrupted_store(db) is None  # a row of the user's: MLflow's own message stands

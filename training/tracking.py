@@ -416,9 +416,10 @@ CREATING_SUFFIX = ".creating-"
 
 
 def _create_sqlite_store(db: Path, uri: str) -> None:
-    """Create the SQLite tracking store ``db`` (of ``uri``) when there is none (no file, or an
-    empty one), atomically; refuse one whose creation an older release left half-made. Called
-    under :func:`store_lock`.
+    """Create the SQLite tracking store ``db`` (of ``uri``) when there is no file (nor link) of
+    that name, atomically; refuse one whose creation an older release left half-made. An empty
+    file or a link is left to MLflow, which makes the store in place as before (a bind-mounted
+    file cannot be renamed onto, a link would be replaced). Called under :func:`store_lock`.
 
     MLflow creates a new store's tables and then runs each of its schema migrations in turn
     (``mlflow/store/db/utils.py`` ``_initialize_tables``: ``InitialBase.metadata.create_all``,
@@ -432,11 +433,14 @@ def _create_sqlite_store(db: Path, uri: str) -> None:
         fleetmind.errors.ConfigError: ``db`` is such a half-made store (:func:`_interrupted_store`).
     """
     _remove_leftovers(db)
-    if db.exists() and (not db.is_file() or db.stat().st_size > 0):
-        note = _interrupted_store(db)
+    if db.exists() or db.is_symlink():
+        # a store (or what MLflow will say is none); an empty file or a link (a bind mount, a
+        # file the operator made with its own mode) is made in place, as MLflow does: renaming
+        # onto a mount point fails and onto a link replaces the link
+        note = _interrupted_store(db) if db.is_file() and db.stat().st_size > 0 else None
         if note is not None:
             raise ConfigError(note)
-        return  # a store (or what MLflow will say is none)
+        return
     try:  # MLflow's own creation (private names: a release without them makes it in place)
         from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
     except ImportError:
@@ -486,8 +490,13 @@ def _interrupted_store(db: Path, error: str | None = None) -> str | None:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "experiments" not in tables:
             return None  # not MLflow's (or nothing yet): MLflow says what it is
-        queries = ["SELECT COUNT(*) FROM experiments WHERE experiment_id != 0"] + [
-            f"SELECT COUNT(*) FROM {t}" for t in ("runs", "registered_models") if t in tables
+        # any row but MLflow's own seed (the Default experiment and workspace, the schema
+        # revision) is data: runs, traces, logged models, registered models, tags, ...
+        seed = {"experiments": "experiment_id != 0", "workspaces": "name != 'default'"}
+        queries = [
+            f'SELECT COUNT(*) FROM "{t}"' + (f" WHERE {seed[t]}" if t in seed else "")
+            for t in sorted(tables)
+            if t != "alembic_version" and not t.startswith("sqlite_")
         ]
         if any(con.execute(q).fetchone()[0] for q in queries):
             return None  # it holds data: not a store whose creation was cut off
@@ -509,12 +518,7 @@ def _interrupted_store(db: Path, error: str | None = None) -> str | None:
             f"{db} is a store whose creation was interrupted (a run was stopped while MLflow made "
             f"its tables); {empty}"
         )
-    if "out-of-date database schema" in (error or ""):  # stopped in the last step, or older
-        return (
-            f"{db} is a store at an older schema, whose creation was interrupted or that an older "
-            f"MLflow made; {empty}"
-        )
-    return None
+    return None  # an older schema says so itself, with MLflow's way out (`mlflow db upgrade`)
 
 
 def deleted_experiment_message(uri: str, experiment: str, experiment_id: str) -> str:
