@@ -187,14 +187,11 @@ def _sigterm_caught(pid: int) -> bool:
     return False
 
 
-@pytest.mark.skipif(not _pid_namespaces_work(), reason="needs unshare --pid (root or userns)")
-def test_sigterm_during_startup_as_pid1(tmp_path: Path) -> None:
-    """``fleetmind serve`` as PID 1 of a new PID namespace, as in the container image: a SIGTERM
-    sent as soon as the process has a handler (the start's imports: uvicorn installs its own
-    seconds later) ends it within seconds with 143; before, it ran on and served."""
-    port = free_port()
+def _serve_as_pid1(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """``fleetmind serve`` as PID 1 of a new PID namespace (``unshare --pid --fork``, as the
+    container image's exec-form entrypoint runs it), its output in ``serve.log``."""
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(free_port())]
     with log.open("w") as out:
         proc = subprocess.Popen(
             ["unshare", "--pid", "--fork", *cmd],
@@ -203,6 +200,15 @@ def test_sigterm_during_startup_as_pid1(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
             cwd=tmp_path,
         )
+    return proc, log
+
+
+@pytest.mark.skipif(not _pid_namespaces_work(), reason="needs unshare --pid (root or userns)")
+def test_sigterm_during_startup_as_pid1(tmp_path: Path) -> None:
+    """``fleetmind serve`` as PID 1 of a new PID namespace, as in the container image: a SIGTERM
+    sent as soon as the process has a handler (the start's imports: uvicorn installs its own
+    seconds later) ends it within seconds with 143; before, it ran on and served."""
+    proc, log = _serve_as_pid1(tmp_path)
     try:
         deadline = time.monotonic() + 60
         child = None
@@ -264,17 +270,7 @@ def test_sigterm_after_startup_as_pid1_exits_143(tmp_path: Path) -> None:
     uvicorn's graceful shutdown, then status 143, so a stopped Job does not read "Completed";
     a handler raising ``Terminated`` (a ``KeyboardInterrupt``) was swallowed by ``uvicorn.run``
     (``uvicorn/main.py``, ``except KeyboardInterrupt: pass``) and the pod exited 0."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            ["unshare", "--pid", "--fork", *cmd],
-            env=_env(tmp_path),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
+    proc, log = _serve_as_pid1(tmp_path)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
