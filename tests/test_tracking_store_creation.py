@@ -45,13 +45,17 @@ else:  # MLflow's own first use, in place: what older releases did
 """
 
 
-USE = rf"""
+USE = """
 import sys
-from pathlib import Path
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_tracking_store_creation import _use
-_use(Path(sys.argv[1]))
+import mlflow
+from fleetmind.training.tracking import ready_store
+uri = f"sqlite:///{sys.argv[1]}/mlflow.db"
+ready_store(uri)
+client = mlflow.MlflowClient(uri, registry_uri=uri)
+run = client.create_run(client.create_experiment("e"))
+client.set_terminated(run.info.run_id)
 """
+"""What :func:`_use` does, in a new process (the next CLI run)."""
 
 
 def _migrations() -> int:
