@@ -421,7 +421,7 @@ def feedback_incidents(
         uri_mode = str(parsed.query.get("uri", "")).lower() in ("true", "1")
         if file and file != ":memory:" and not uri_mode and not Path(file).is_file():
             raise NotAvailableError(
-                f"cannot read the feedback database {shown_url(url)}: no such file {file}"
+                f"cannot read the feedback database {shown_url(url)!r}: no such file {file}"
             )
     try:
         db = Database(url)
@@ -431,7 +431,7 @@ def feedback_incidents(
     try:
         if "incident_feedback" not in names:
             raise NotAvailableError(
-                f"{shown_url(url)} holds no incident_feedback table (is it the service's database?)"
+                f"{shown_url(url)!r} holds no incident_feedback table (is it the service's database?)"
             )
         c = incident_feedback.c
         latest = select(c.incident_id, c.id).order_by(c.incident_id, c.id)
@@ -474,7 +474,7 @@ def _unreadable(url: str, err: BaseException) -> str:
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
     if isinstance(err, ConfigError):  # Database refused the URL: its line says why, unquoted
         return f"cannot read the feedback database: {first}"
-    return f"cannot read the feedback database {shown_url(url)}: {safe_uri(first)}"
+    return f"cannot read the feedback database {shown_url(url)!r}: {safe_uri(first)}"
 
 
 def _labelled(
