@@ -309,6 +309,10 @@ command runs, and their replacements: what the stream cannot encode is escaped, 
 
 _SIGTERM_OWNER: list[int] = []
 """The process that installed :func:`_end_on_sigterm` (a forked child inherits the handler)."""
+_SIGTERM_SEEN: list[int] = []
+"""The SIGTERMs :func:`_end_on_sigterm` raised as ``Terminated`` in this run: C code the exception
+passes through may turn it into another (numpy's import of ``datetime`` into an ``ImportError``),
+which :func:`_run` then still reads as the stop it was."""
 
 
 def _end_on_sigterm(signum: int, _frame: object) -> None:
@@ -332,6 +336,7 @@ def _end_on_sigterm(signum: int, _frame: object) -> None:
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
         return
+    _SIGTERM_SEEN.append(signum)
     raise Terminated(signum)
 
 
@@ -346,6 +351,7 @@ def _guard_sigterm() -> Callable[[], None]:
     except ValueError:  # not the main thread
         return lambda: None
     _SIGTERM_OWNER.append(os.getpid())
+    _SIGTERM_SEEN.clear()
 
     def undo() -> None:
         _SIGTERM_OWNER.pop()
@@ -479,7 +485,21 @@ def run_main(fn: Callable[[], int | None], prog: str, at_exit: bool = False) -> 
 
 
 def _run(fn: Callable[[], int | None], prog: str) -> int:
-    """:func:`run_main` once ``sys.argv[0]`` is set."""
+    """:func:`run_main` once ``sys.argv[0]`` is set; an error that a SIGTERM turned into (the
+    ``Terminated`` raised inside C code that replaced it, :data:`_SIGTERM_SEEN`) ends the command
+    as the stop it was: ``<prog>: interrupted``, 143."""
+    try:
+        return _run_once(fn, prog)
+    except Exception:
+        if not _SIGTERM_SEEN:
+            raise
+        _end_progress_bars()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 128 + _SIGTERM_SEEN[-1]
+
+
+def _run_once(fn: Callable[[], int | None], prog: str) -> int:
+    """:func:`_run`, the error contract of the module docstring."""
     try:
         status = int(fn() or 0)
         if status != 0:  # the command failed: its status wins over stdout's (module docstring)

@@ -282,3 +282,27 @@ sys.exit(runner.run_main(stopped, prog="fleetmind", at_exit=True))
     assert time.monotonic() - started < 30
     assert proc.stderr.strip() == "fleetmind: interrupted", proc.stderr
     assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("fleetmind-")] == []
+
+
+def test_a_sigterm_that_c_code_turned_into_another_error_still_reads_as_a_stop(
+    tmp_path: Path,
+) -> None:
+    """A SIGTERM during ``fleetmind serve``'s imports as PID 1 (CI, 1 run in ~15): the
+    ``Terminated`` raised inside numpy's C import of ``datetime`` came out as ``ImportError:
+    PyCapsule_Import could not import module "datetime"``, a traceback and status 1. Modelled by a
+    command that catches the stop and raises an ``ImportError`` in its place."""
+    code = """
+import os, signal, sys
+from fleetmind.cli import runner
+from fleetmind.errors import Terminated
+def command():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    except Terminated:
+        raise ImportError('PyCapsule_Import could not import module "datetime"') from None
+sys.exit(runner.run_main(command, prog="fleetmind"))
+"""
+    proc = _child(tmp_path, code, timeout=60)
+    assert proc.returncode == 143, proc.stderr
+    assert proc.stderr.strip() == "fleetmind: interrupted", proc.stderr
